@@ -1,0 +1,34 @@
+"""strands_slime: token-in/token-out agentic RL with Strands Agents, SGLang and slime.
+
+``strands_slime.generate`` and ``strands_slime.reward_func`` are the dotted paths slime loads
+(``--custom-generate-function-path`` / ``--custom-rm-path``). They are imported lazily so that light
+entry points (the dev server, the reward) do not pay for the whole agent stack.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "generate": ("strands_slime.rollout", "generate"),
+    "reward_func": ("strands_slime.reward", "reward_func"),
+    "SGLangClient": ("strands_slime.client", "SGLangClient"),
+    "SGLangModel": ("strands_slime.model", "SGLangModel"),
+    "ToolLimiter": ("strands_slime.limits", "ToolLimiter"),
+    "ToolIterationLimiter": ("strands_slime.limits", "ToolIterationLimiter"),
+}
+
+__all__ = ["__version__", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        module_name, attr = _LAZY[name]
+        value = getattr(importlib.import_module(module_name), attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'strands_slime' has no attribute {name!r}")

