@@ -1,0 +1,378 @@
+"""SGLangClient fault tests against a local misbehaving server (real HTTP over loopback)."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import time
+import warnings
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from strands_slime.client import (
+    GenerateResponse,
+    SGLangBadRequestError,
+    SGLangClient,
+    SGLangConnectionError,
+    SGLangContextLengthError,
+    SGLangDecodingError,
+    SGLangHTTPError,
+    SGLangThrottledError,
+)
+
+OK_BODY = {
+    "text": "hi",
+    "output_ids": [6023, 151645],
+    "meta_info": {
+        "id": "r1",
+        "finish_reason": {"type": "stop", "matched": 151645},
+        "prompt_tokens": 3,
+        "weight_version": "default",
+        "output_token_logprobs": [[-0.5, 6023, None], [-0.1, 151645, None]],
+        "completion_tokens": 2,
+        "cached_tokens": 1,
+        "e2e_latency": 0.01,
+    },
+}
+
+Behaviour = Callable[[web.Request], Any]
+
+
+class FaultServer:
+    """Serves /generate from a queue of behaviours; the default behaviour is a good reply."""
+
+    def __init__(self) -> None:
+        self.behaviours: list[Behaviour] = []
+        self.requests: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
+        self.delay = 0.0
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.url = ""
+
+    async def handle_generate(self, request: web.Request) -> web.StreamResponse:
+        self.requests.append(await request.json())
+        self.headers.append(dict(request.headers))
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            if self.delay:
+                await asyncio.sleep(self.delay)
+            if self.behaviours:
+                return await self.behaviours.pop(0)(request)
+            return web.json_response(OK_BODY)
+        finally:
+            self.in_flight -= 1
+
+    async def handle_models(self, request: web.Request) -> web.StreamResponse:
+        if self.behaviours:
+            return await self.behaviours.pop(0)(request)
+        return web.json_response({"object": "list", "data": [{"id": "m", "max_model_len": 4096}]})
+
+    async def handle_health(self, request: web.Request) -> web.StreamResponse:
+        return web.Response(status=200)
+
+
+def status(code: int, body: Any) -> Behaviour:
+    async def respond(request: web.Request) -> web.StreamResponse:
+        return web.json_response(body, status=code)
+
+    return respond
+
+
+async def drop_connection(request: web.Request) -> web.StreamResponse:
+    assert request.transport is not None
+    request.transport.close()
+    return web.Response(status=200)
+
+
+async def truncated_json(request: web.Request) -> web.StreamResponse:
+    return web.Response(status=200, body=json.dumps(OK_BODY)[:40], content_type="application/json")
+
+
+@pytest.fixture
+async def fault_server() -> AsyncIterator[FaultServer]:
+    server = FaultServer()
+    app = web.Application()
+    app.router.add_post("/generate", server.handle_generate)
+    app.router.add_get("/v1/models", server.handle_models)
+    app.router.add_get("/health", server.handle_health)
+    runner = web.AppRunner(app, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, backlog=4096)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    server.url = f"http://127.0.0.1:{port}"
+    yield server
+    await runner.cleanup()
+
+
+def make_client(url: str, **kwargs: Any) -> SGLangClient:
+    kwargs.setdefault("retry_delay", 0.001)
+    kwargs.setdefault("max_retry_delay", 0.01)
+    return SGLangClient(url, **kwargs)
+
+
+async def test_good_reply_is_parsed(fault_server: FaultServer) -> None:
+    async with make_client(fault_server.url) as client:
+        result = await client.generate([1, 2, 3], {"max_new_tokens": 8}, routing_key="session-1")
+    assert isinstance(result, GenerateResponse)
+    assert result.output_ids == [6023, 151645]
+    assert result.output_logprobs == [-0.5, -0.1]
+    assert result.finish_reason is not None and result.finish_reason.matched == 151645
+    assert (result.prompt_tokens, result.completion_tokens, result.cached_tokens) == (3, 2, 1)
+    sent = fault_server.requests[0]
+    assert sent["input_ids"] == [1, 2, 3] and sent["return_logprob"] is True
+    assert "logprob_start_len" not in sent, "input logprobs must not be requested by default"
+    assert fault_server.headers[0]["X-SMG-Routing-Key"] == "session-1"
+
+
+async def test_503_burst_then_success(fault_server: FaultServer) -> None:
+    fault_server.behaviours = [status(503, {"object": "error", "message": "queue full", "code": 503})] * 5
+    async with make_client(fault_server.url) as client:
+        result = await client.generate([1], {})
+    assert result.output_ids == [6023, 151645]
+    assert len(fault_server.requests) == 6
+
+
+@pytest.mark.parametrize("code", [408, 429, 500, 502])
+async def test_transient_statuses_are_retried(fault_server: FaultServer, code: int) -> None:
+    fault_server.behaviours = [status(code, {"error": "transient"})] * 2
+    async with make_client(fault_server.url) as client:
+        await client.generate([1], {})
+    assert len(fault_server.requests) == 3
+
+
+async def test_dropped_connections_are_retried(fault_server: FaultServer) -> None:
+    fault_server.behaviours = [drop_connection, drop_connection]
+    async with make_client(fault_server.url) as client:
+        result = await client.generate([1], {})
+    assert result.completion_tokens == 2
+    assert len(fault_server.requests) == 3
+
+
+async def test_truncated_json_is_retried(fault_server: FaultServer) -> None:
+    fault_server.behaviours = [truncated_json]
+    async with make_client(fault_server.url) as client:
+        await client.generate([1], {})
+    assert len(fault_server.requests) == 2
+
+
+async def test_truncated_json_forever_raises_decoding_error(fault_server: FaultServer) -> None:
+    fault_server.behaviours = [truncated_json] * 10
+    async with make_client(fault_server.url, max_retries=3) as client:
+        with pytest.raises(SGLangDecodingError, match="invalid JSON"):
+            await client.generate([1], {})
+    assert len(fault_server.requests) == 4
+
+
+async def test_context_length_400_raised_at_once(fault_server: FaultServer) -> None:
+    message = (
+        "Requested token count exceeds the model's maximum context length of 4096 tokens. "
+        "You requested a total of 5000 tokens"
+    )
+    fault_server.behaviours = [status(400, {"error": {"message": message}})] * 10
+    async with make_client(fault_server.url) as client:
+        with pytest.raises(SGLangContextLengthError) as info:
+            await client.generate([1], {"max_new_tokens": 5000})
+    assert len(fault_server.requests) == 1
+    assert info.value.status == 400 and "4096" in str(info.value)
+
+
+@pytest.mark.parametrize("code", [400, 401, 403, 404])
+async def test_deterministic_errors_are_not_retried(fault_server: FaultServer, code: int) -> None:
+    body = {"error": "unknown field `foo`, expected one of `max_new_tokens`"}
+    fault_server.behaviours = [status(code, body)] * 10
+    async with make_client(fault_server.url) as client:
+        with pytest.raises(SGLangBadRequestError) as info:
+            await client.generate([1], {"foo": 1})
+    assert len(fault_server.requests) == 1
+    assert info.value.status == code and "unknown field" in str(info.value)
+    assert not isinstance(info.value, SGLangContextLengthError)
+
+
+async def test_retries_exhausted_raise_typed_error(fault_server: FaultServer) -> None:
+    fault_server.behaviours = [status(503, {"message": "busy"})] * 10
+    async with make_client(fault_server.url, max_retries=2) as client:
+        with pytest.raises(SGLangThrottledError) as info:
+            await client.generate([1], {})
+    assert info.value.attempts == 3 and "503" in str(info.value)
+
+
+async def test_unreachable_server_raises_connection_error() -> None:
+    async with make_client("http://127.0.0.1:9", max_retries=2) as client:
+        with pytest.raises(SGLangConnectionError, match="3 attempts"):
+            await client.generate([1], {})
+
+
+async def test_backoff_grows_exponentially_with_cap() -> None:
+    client = SGLangClient("http://x", retry_delay=1.0, max_retry_delay=8.0)
+    delays = [client._backoff(a) for a in range(6)]
+    for attempt, delay in enumerate(delays):
+        bound = min(8.0, 2.0**attempt)
+        assert bound / 2 <= delay <= bound
+
+
+async def test_2000_requests_through_100_connection_pool(fault_server: FaultServer) -> None:
+    fault_server.delay = 0.002
+    async with make_client(fault_server.url, max_connections=100, max_retries=0) as client:
+        results = await asyncio.gather(*(client.generate([i + 1], {}) for i in range(2000)))
+    assert len(results) == 2000 and all(r.output_ids == [6023, 151645] for r in results)
+    assert len(fault_server.requests) == 2000
+    assert fault_server.max_in_flight <= 100
+
+
+async def test_pool_wait_is_not_a_timeout(fault_server: FaultServer) -> None:
+    """Requests queued for a connection wait as long as needed (no 5 s pool timeout)."""
+    fault_server.delay = 0.3
+    async with make_client(
+        fault_server.url, max_connections=1, connect_timeout=0.05, max_retries=0
+    ) as client:
+        results = await asyncio.gather(*(client.generate([1], {}) for _ in range(4)))
+    assert len(results) == 4
+
+
+async def test_abort_replies_parse_without_prompt_tokens(fault_server: FaultServer) -> None:
+    queued = {
+        "text": "",
+        "output_ids": [],
+        "meta_info": {
+            "id": "q",
+            "finish_reason": {"type": "abort", "message": "Abort in waiting queue"},
+            "weight_version": "default",
+            "e2e_latency": 0.2,
+            "output_token_logprobs": [],
+            "completion_tokens": 0,
+        },
+    }
+    running = json.loads(json.dumps(OK_BODY))
+    running["meta_info"]["finish_reason"] = {"type": "abort", "message": "Aborted", "status_code": None}
+    fault_server.behaviours = [status(200, queued), status(200, running)]
+    async with make_client(fault_server.url) as client:
+        first = await client.generate([1], {})
+        second = await client.generate([1], {})
+    assert first.is_abort and first.prompt_tokens is None and first.output_ids == []
+    assert first.cached_tokens == 0 and first.completion_tokens == 0
+    assert second.is_abort and second.output_ids == [6023, 151645]
+
+
+async def test_inconsistent_logprobs_are_rejected(fault_server: FaultServer) -> None:
+    bad = json.loads(json.dumps(OK_BODY))
+    bad["meta_info"]["output_token_logprobs"] = [[-0.5, 1, None]]
+    fault_server.behaviours = [status(200, bad)] * 3
+    async with make_client(fault_server.url, max_retries=0) as client:
+        with pytest.raises(SGLangDecodingError, match="2 output_ids but 1"):
+            await client.generate([1], {})
+
+
+async def test_max_model_len_cached_and_failures_expire(fault_server: FaultServer) -> None:
+    fault_server.behaviours = [status(500, {"error": "boom"})] * 4
+    client = make_client(fault_server.url, metadata_ttl_on_error=0.2)
+    with pytest.raises(SGLangHTTPError):
+        await client.max_model_len()
+    with pytest.raises(SGLangHTTPError):  # still inside the negative-cache window: no new request
+        await client.max_model_len()
+    await asyncio.sleep(0.25)
+    assert await client.max_model_len() == 4096
+    assert await client.max_model_len() == 4096
+    await client.close()
+
+
+async def test_concurrent_first_use_is_single_flight(fault_server: FaultServer) -> None:
+    calls = 0
+
+    async def slow_models(request: web.Request) -> web.StreamResponse:
+        nonlocal calls
+        calls += 1
+        await asyncio.sleep(0.05)
+        return web.json_response({"data": [{"max_model_len": 2048}]})
+
+    fault_server.behaviours = [slow_models] * 5
+    async with make_client(fault_server.url) as client:
+        values = await asyncio.gather(*(client.max_model_len() for _ in range(20)))
+    assert values == [2048] * 20 and calls == 1
+
+
+async def test_health(fault_server: FaultServer) -> None:
+    async with make_client(fault_server.url) as client:
+        assert await client.health() is True
+    async with make_client("http://127.0.0.1:9") as client:
+        assert await client.health() is False
+
+
+def test_client_works_across_event_loops_without_warnings(fault_server_thread: str) -> None:
+    client = make_client(fault_server_thread)
+
+    async def one_call() -> list[int]:
+        return (await client.generate([1], {})).output_ids
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ResourceWarning)
+        assert asyncio.run(one_call()) == [6023, 151645]
+        assert asyncio.run(one_call()) == [6023, 151645]
+        gc.collect()
+
+
+def test_from_slime_args_uses_router_and_pool_formula() -> None:
+    class Args:
+        sglang_router_ip = "10.0.0.1"
+        sglang_router_port = 30000
+        sglang_server_concurrency = 512
+        rollout_num_gpus = 8
+        rollout_num_gpus_per_engine = 2
+
+    client = SGLangClient.from_slime_args(Args())
+    assert client.base_url == "http://10.0.0.1:30000"
+    assert client.max_connections == 2048
+    with pytest.raises(ValueError, match="sglang_router_ip"):
+        SGLangClient.from_slime_args(object())
+
+
+@pytest.fixture
+def fault_server_thread() -> Any:
+    """A FaultServer on its own loop in a thread, for tests that run several event loops."""
+    import threading
+
+    ready = threading.Event()
+    holder: dict[str, Any] = {}
+
+    def serve() -> None:
+        loop = asyncio.new_event_loop()
+        holder["loop"] = loop
+
+        async def start() -> None:
+            server = FaultServer()
+            app = web.Application()
+            app.router.add_post("/generate", server.handle_generate)
+            runner = web.AppRunner(app, handle_signals=False)
+            await runner.setup()
+            site = web.TCPSite(runner, "127.0.0.1", 0)
+            await site.start()
+            holder["runner"] = runner
+            holder["url"] = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+            ready.set()
+
+        loop.run_until_complete(start())
+        loop.run_forever()
+        loop.run_until_complete(holder["runner"].cleanup())
+        loop.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    assert ready.wait(10)
+    yield holder["url"]
+    holder["loop"].call_soon_threadsafe(holder["loop"].stop)
+    thread.join(10)
+
+
+async def test_timeout_is_retried_then_raised(fault_server: FaultServer) -> None:
+    fault_server.delay = 0.5
+    start = time.monotonic()
+    async with make_client(fault_server.url, timeout=0.05, max_retries=1) as client:
+        with pytest.raises(SGLangConnectionError, match="Timeout"):
+            await client.generate([1], {})
+    assert time.monotonic() - start < 0.5
