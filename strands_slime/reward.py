@@ -8,11 +8,19 @@ the strands example's tool-use shaping to wrong training answers only.
 
 from __future__ import annotations
 
-from typing import Literal
+import asyncio
+import logging
+import math
+import re
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-__all__ = ["RewardConfig"]
+from strands_slime.math_answer import AnswerCheck, check_answer_async, get_math_verifier
+
+__all__ = ["RewardConfig", "compute_reward", "reward_func", "scoring_text", "shape_reward"]
+
+logger = logging.getLogger(__name__)
 
 _LINEAR_FIELDS = ("linear_per_iteration", "linear_baseline_iterations", "linear_cap")
 
@@ -79,3 +87,218 @@ class RewardConfig(BaseModel):
                 f"{', '.join(stray)} only apply with shaping: linear (shaping is {self.shaping!r})"
             )
         return self
+
+
+# ----------------------------------------------------------------------------------------------
+# What gets scored
+# ----------------------------------------------------------------------------------------------
+
+_ASSISTANT_TURN = "<|im_start|>assistant"
+_TOOL_BLOCK = re.compile(
+    r"<tool_response>.*?(?:</tool_response>|\Z)|<tool_call>.*?(?:</tool_call>|\Z)", re.DOTALL
+)
+_END_MARKERS = ("<|im_end|>", "<|endoftext|>")
+_THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
+
+
+def _as_text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def scoring_text(sample: Any) -> str:
+    """The text a sample's answer is read from: the model's final assistant message, reasoning removed.
+
+    ``sample.metadata["final_text"]`` (set by ``strands_slime.generate``) when present; otherwise the
+    part of ``sample.response`` after the last ``<|im_start|>assistant`` (the whole response when there
+    is no such marker). Tool calls and ``<tool_response>`` blocks are removed, so an ``Answer:`` printed
+    by a tool or written inside tool code never counts. Only the text after the last ``</think>`` is
+    kept; a message whose ``<think>`` is never closed has no answer (empty string).
+    """
+    metadata = getattr(sample, "metadata", None)
+    text = _as_text(metadata.get("final_text")) if isinstance(metadata, dict) else None
+    if text is None:
+        response = _as_text(getattr(sample, "response", None)) or ""
+        marker = response.rfind(_ASSISTANT_TURN)
+        text = response[marker + len(_ASSISTANT_TURN) :] if marker >= 0 else response
+    text = _TOOL_BLOCK.sub("", text)
+    for end_marker in _END_MARKERS:
+        text = text.replace(end_marker, "")
+    close = text.rfind(_THINK_CLOSE)
+    if close >= 0:
+        return text[close + len(_THINK_CLOSE) :]
+    if _THINK_OPEN in text:
+        return ""
+    return text
+
+
+# ----------------------------------------------------------------------------------------------
+# Shaping
+# ----------------------------------------------------------------------------------------------
+
+_MAX_COUNT = 100_000
+
+
+def _tool_count(sample: Any, metadata: dict[str, Any], counter: str) -> int | None:
+    value = metadata.get(counter)
+    if value is None and counter == "tool_iterations":
+        value = getattr(sample, "tool_iters", None)  # slime's strands example sets this attribute
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return int(min(max(value, 0), _MAX_COUNT))
+
+
+def shape_reward(raw_reward: float, correct: bool, tool_count: int | None, config: RewardConfig) -> float:
+    """The training reward: correct answers keep theirs; wrong ones get the configured tool-use shaping.
+
+    Without a tool count (a sample from another generate function) nothing is shaped.
+    """
+    if correct or tool_count is None or config.shaping == "none":
+        return raw_reward
+    if config.shaping == "strands_example":
+        return min(-0.6, raw_reward + (tool_count - 2) / 2 * 0.1)
+    shaped = raw_reward + config.linear_per_iteration * (tool_count - config.linear_baseline_iterations)
+    return min(config.linear_cap, shaped)
+
+
+# ----------------------------------------------------------------------------------------------
+# reward_func
+# ----------------------------------------------------------------------------------------------
+
+
+def _is_evaluation(metadata: object) -> bool:
+    """``metadata["evaluation"]`` is True (set by our generate, or an eval config's metadata_overrides)."""
+    if not isinstance(metadata, dict):
+        return False
+    value = metadata.get("evaluation")
+    try:
+        return value is True or (not isinstance(value, str) and bool(value == 1))
+    except Exception:  # exotic objects (arrays) whose comparison raises
+        return False
+
+
+def _reward_key(args: Any, evaluation: bool) -> str | None:
+    key = getattr(args, "reward_key", None)
+    if evaluation:
+        key = getattr(args, "eval_reward_key", None) or key
+    return key if isinstance(key, str) and key else None
+
+
+def _package(
+    details: dict[str, Any], args: Any, evaluation: bool, config: RewardConfig
+) -> float | dict[str, Any]:
+    key = _reward_key(args, evaluation)
+    as_dict = config.output == "dict" or (config.output == "auto" and key is not None)
+    if not as_dict:
+        return details["score"]
+    result = dict(details)
+    if key is not None and key not in result:
+        result[key] = result["score"]
+    return result
+
+
+def _config_for(args: Any) -> RewardConfig:
+    if args is None:
+        return RewardConfig()
+    try:
+        from strands_slime.config import get_rollout_config
+    except ImportError:
+        return RewardConfig()
+    return get_rollout_config(args).reward
+
+
+async def compute_reward(sample: Any, config: RewardConfig) -> dict[str, Any]:
+    """Score one sample; returns ``{score, acc, pred, raw_score, shaped, reason, source, method, ...}``.
+
+    ``score`` is the (possibly shaped) reward, ``raw_score`` the unshaped one, ``acc`` DAPO accuracy.
+    """
+    metadata = getattr(sample, "metadata", None)
+    evaluation = _is_evaluation(metadata)
+    metadata = metadata if isinstance(metadata, dict) else {}
+    verifier = (
+        get_math_verifier(config.math_verify_timeout_s, config.math_verify_workers)
+        if config.math_verify
+        else None
+    )
+    check: AnswerCheck = await check_answer_async(
+        scoring_text(sample),
+        getattr(sample, "label", None),
+        answer_window=config.answer_window,
+        strict_box_window=config.strict_box_window,
+        reject_conflicting_answers=config.reject_conflicting_answers,
+        verifier=verifier,
+    )
+    raw_score = config.correct_reward if check.correct else config.incorrect_reward
+    tool_count = _tool_count(sample, metadata, config.shaping_count)
+    score = raw_score if evaluation else shape_reward(raw_score, check.correct, tool_count, config)
+    return {
+        "score": float(score),
+        "acc": check.correct,
+        "pred": check.pred,
+        "raw_score": float(raw_score),
+        "shaped": score != raw_score,
+        "reason": check.reason,
+        "source": check.source,
+        "method": check.method,
+        "math_verify": check.math_verify,
+        config.shaping_count: tool_count,
+        "evaluation": evaluation,
+    }
+
+
+def _record(sample: Any, details: dict[str, Any]) -> None:
+    """Leave the verdict on the sample: slime logs ``metadata["raw_reward"]``; our CLI reads ``acc``."""
+    metadata = getattr(sample, "metadata", None)
+    if metadata is None:
+        metadata = {}
+        try:
+            sample.metadata = metadata
+        except (AttributeError, TypeError):
+            return
+    if isinstance(metadata, dict):
+        metadata["raw_reward"] = details["raw_score"]
+        metadata["reward_details"] = dict(details)
+
+
+async def _reward_one(args: Any, sample: Any, config: RewardConfig) -> float | dict[str, Any]:
+    evaluation = _is_evaluation(getattr(sample, "metadata", None))
+    try:
+        details = await compute_reward(sample, config)
+    except Exception:  # one malformed sample must never kill a rollout
+        logger.exception("reward: scoring failed; the sample gets incorrect_reward")
+        details = {
+            "score": float(config.incorrect_reward),
+            "acc": False,
+            "pred": None,
+            "raw_score": float(config.incorrect_reward),
+            "shaped": False,
+            "reason": "error",
+            "source": None,
+            "method": None,
+            "math_verify": None,
+            config.shaping_count: None,
+            "evaluation": evaluation,
+        }
+    try:
+        _record(sample, details)
+    except Exception:
+        logger.exception("reward: could not record details on the sample")
+    return _package(details, args, evaluation, config)
+
+
+async def reward_func(
+    args: Any, sample: Any, *, config: RewardConfig | None = None, **kwargs: Any
+) -> float | dict[str, Any] | list[float | dict[str, Any]]:
+    """slime's ``--custom-rm-path strands_slime.reward_func``: DAPO reward for one sample or a list.
+
+    Returns a float, or a dict (``score``, ``acc``, ``pred``, ...) when ``config.output`` asks for it
+    (``auto``: when ``--reward-key`` is set). Never raises for any sample; an invalid rollout config
+    raises (from ``strands_slime.config``), since training on a misread config is worse than stopping.
+    """
+    del kwargs  # slime passes none today; accepted for forward compatibility
+    if config is None:
+        config = _config_for(args)
+    if isinstance(sample, (list, tuple)):
+        return list(await asyncio.gather(*(_reward_one(args, item, config) for item in sample)))
+    return await _reward_one(args, sample, config)
