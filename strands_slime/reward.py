@@ -262,11 +262,14 @@ def _record(sample: Any, details: dict[str, Any]) -> None:
 
 
 async def _reward_one(args: Any, sample: Any, config: RewardConfig) -> float | dict[str, Any]:
-    evaluation = _is_evaluation(getattr(sample, "metadata", None))
     try:
         details = await compute_reward(sample, config)
     except Exception:  # one malformed sample must never kill a rollout
         logger.exception("reward: scoring failed; the sample gets incorrect_reward")
+        try:
+            evaluation = _is_evaluation(getattr(sample, "metadata", None))
+        except Exception:
+            evaluation = False
         details = {
             "score": float(config.incorrect_reward),
             "acc": False,
@@ -284,7 +287,7 @@ async def _reward_one(args: Any, sample: Any, config: RewardConfig) -> float | d
         _record(sample, details)
     except Exception:
         logger.exception("reward: could not record details on the sample")
-    return _package(details, args, evaluation, config)
+    return _package(details, args, details["evaluation"], config)
 
 
 async def reward_func(
