@@ -93,7 +93,7 @@ _DELETIONS: tuple[str, ...] = (
     "<|im_end|>",
     "<|endoftext|>",
 )
-_FIRST_DOLLAR_PAIR = re.compile(r"(.*?)(\$)(.*?)(\$)(.*)")
+_DOLLAR_PAIR_LINE = re.compile(r"(.*?)(\$)(.*?)(\$)(.*)")
 _TEXT_WRAPPERS = tuple(re.compile(rf"(\\{name}\{{)(.*?)(\}})") for name in ("text", "textbf", "overline"))
 _BOXED_GREEDY = re.compile(r"(\\boxed\{)(.*)(\})")
 _FRAC_SHORTHAND = re.compile(r"(frac)([^{])(.)")
@@ -107,10 +107,10 @@ def normalize_final_answer(answer: str) -> str:
         text = text.replace(before, after)
     for fragment in _DELETIONS:
         text = text.replace(fragment, "")
-    text = _FIRST_DOLLAR_PAIR.sub(r"$\3$", text, count=1)
+    text = _DOLLAR_PAIR_LINE.sub(r"$\3$", text)
     for wrapper in _TEXT_WRAPPERS:
         text = wrapper.sub(r"\2", text)
-    text = _BOXED_GREEDY.sub(r"\2", text, count=1)
+    text = _BOXED_GREEDY.sub(r"\2", text)
     text = _FRAC_SHORTHAND.sub(r"frac{\2}{\3}", text)
     text = _SQRT_SHORTHAND.sub(r"sqrt{\2}", text)
     text = text.replace("$", "")
