@@ -1,0 +1,146 @@
+"""Configuration of the Python sandbox (the ``sandbox:`` section of the rollout config)."""
+
+from __future__ import annotations
+
+import os
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+#: Modules the zygote imports once so that every execution finds them already loaded.
+DEFAULT_PRELOAD_MODULES: tuple[str, ...] = ("math", "numpy", "sympy")
+
+#: Largest number of executions one sandbox runs at once (one uid block per sandbox).
+MAX_CONCURRENCY_LIMIT = 1024
+
+
+def default_max_concurrency() -> int:
+    """Four executions per core, at least 8: sandbox code is mostly short and CPU-bound."""
+    return max(8, min(MAX_CONCURRENCY_LIMIT, 4 * (os.cpu_count() or 1)))
+
+
+class SandboxConfig(BaseModel):
+    """Limits and isolation of ``execute_python_code``; every field has a safe default.
+
+    Limits apply per execution. Isolation features that the kernel or the process's privileges
+    do not allow are skipped with a warning (see ``Sandbox.capabilities``) unless ``strict`` is set.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    backend: Literal["zygote", "camel"] = Field(
+        default="zygote",
+        description="'zygote': pre-started forking worker with isolation; 'camel': camel-ai's "
+        "SubprocessInterpreter (no isolation, parity with slime's strands example).",
+    )
+    timeout_s: float = Field(default=60.0, gt=0, le=86_400, description="Wall-clock limit per execution.")
+    cpu_time_s: float | None = Field(
+        default=None, gt=0, le=86_400, description="CPU-seconds per process; default: timeout_s."
+    )
+    memory_mb: int = Field(
+        default=1024,
+        ge=16,
+        description="Address space each process may add on top of the preloaded interpreter (RLIMIT_AS).",
+    )
+    max_output_bytes: int = Field(
+        default=16_384, ge=256, description="Bytes of stdout and of stderr kept and shown (head and tail)."
+    )
+    output_kill_bytes: int = Field(
+        default=8 * 1024 * 1024,
+        ge=1024,
+        description="An execution that writes more than this (stdout + stderr) is killed.",
+    )
+    max_processes: int = Field(
+        default=64, ge=1, description="Processes and threads per execution (RLIMIT_NPROC, per-execution uid)."
+    )
+    max_file_size_mb: int = Field(default=16, ge=1, description="Largest file an execution may write.")
+    max_open_files: int = Field(default=256, ge=16, description="Open file descriptors per process.")
+    workdir_size_mb: int = Field(
+        default=64, ge=1, description="Size of the private tmpfs working directory (mount namespace only)."
+    )
+    max_code_bytes: int = Field(default=256 * 1024, ge=1, description="Longest code accepted (UTF-8 bytes).")
+    max_concurrency: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_CONCURRENCY_LIMIT,
+        description="Executions at once; further calls wait. Default: 4 per core, at least 8.",
+    )
+    preload_modules: tuple[str, ...] = Field(
+        default=DEFAULT_PRELOAD_MODULES,
+        description="Imported once by the zygote; modules that are not installed are skipped.",
+    )
+    network: Literal["per_call", "shared", "allow"] = Field(
+        default="per_call",
+        description="'per_call': a fresh empty network namespace per execution; 'shared': one empty "
+        "namespace for all executions of this sandbox (cheaper); 'allow': the host network.",
+    )
+    private_tmp: bool = Field(
+        default=True,
+        description="Give each execution a private mount namespace: a fresh tmpfs as /tmp and working "
+        "directory, and read-only /var/tmp, /dev/shm and /run/lock.",
+    )
+    drop_privileges: bool = Field(
+        default=True,
+        description="When running as root, run each execution under its own unprivileged uid.",
+    )
+    uid_base: int = Field(
+        default=40_000,
+        ge=1_000,
+        le=2**31 - 1,
+        description="First uid of the blocks of 1024 uids that sandboxes lock and hand to executions.",
+    )
+    strict: bool = Field(
+        default=False,
+        description="Fail at start when a requested isolation feature is unavailable, instead of warning.",
+    )
+    prefork: int = Field(
+        default=2, ge=0, le=64, description="Idle workers forked ahead of requests (hides fork latency)."
+    )
+    print_last_expression: bool = Field(
+        default=True, description="Print the repr of a final bare expression, as a REPL does."
+    )
+    env: dict[str, str] = Field(
+        default_factory=dict,
+        description="Extra environment variables for executed code (nothing is inherited).",
+    )
+    python_executable: str | None = Field(
+        default=None, description="Interpreter for the zygote; default: the running interpreter."
+    )
+    extra_python_path: tuple[str, ...] = Field(
+        default=(), description="Directories added to sys.path of executed code."
+    )
+    workdir_root: str | None = Field(
+        default=None,
+        description="Parent of per-execution working directories when no mount namespace is available; "
+        "default: the system temporary directory.",
+    )
+    start_timeout_s: float = Field(default=120.0, gt=0, description="Time allowed for the zygote to start.")
+    max_restarts: int = Field(
+        default=5,
+        ge=0,
+        description="Consecutive failed zygote (re)starts before executions report infra failure.",
+    )
+
+    @field_validator("preload_modules")
+    @classmethod
+    def _module_names_are_dotted_identifiers(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for name in value:
+            if not name or not all(part.isidentifier() for part in name.split(".")):
+                raise ValueError(f"preload_modules: {name!r} is not a module name")
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _env_is_well_formed(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, item in value.items():
+            if not key or "=" in key or "\0" in key or "\0" in item:
+                raise ValueError(f"env: invalid variable {key!r}")
+        return value
+
+    @property
+    def effective_cpu_time_s(self) -> float:
+        return self.cpu_time_s if self.cpu_time_s is not None else self.timeout_s
+
+    @property
+    def effective_max_concurrency(self) -> int:
+        return self.max_concurrency if self.max_concurrency is not None else default_max_concurrency()
