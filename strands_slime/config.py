@@ -1,0 +1,167 @@
+"""Rollout configuration: one validated YAML for the agent, tools, limits, sandbox and reward.
+
+Where it comes from, first match wins:
+1. ``args.strands_slime`` — a mapping, set by slime's ``--custom-config-path`` from a YAML whose
+   top-level key is ``strands_slime`` (slime copies every top-level key onto ``args``);
+2. ``args.strands_slime_config`` — a path to such a YAML;
+3. the ``STRANDS_SLIME_CONFIG`` environment variable — a path;
+4. the defaults below, which reproduce slime's strands example.
+A file may hold the settings at its top level or under a ``strands_slime:`` key.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from .reward import RewardConfig
+from .sandbox import SandboxConfig
+
+CONFIG_ENV = "STRANDS_SLIME_CONFIG"
+CONFIG_KEY = "strands_slime"
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are a careful mathematician who can run Python. To check a computation, call the "
+    "execute_python_code tool with a complete program that prints what you need; you will see its "
+    "output. Reason step by step, use the tool when exact arithmetic or a search helps, and finish with "
+    "a final line of the form 'Answer: \\boxed{ANSWER}'."
+)
+
+
+class ClientConfig(BaseModel):
+    """HTTP client settings for SGLang (defaults fit slime's router)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    timeout_s: float | None = Field(None, gt=0, description="Total time per request; None: no limit.")
+    connect_timeout_s: float = Field(10.0, gt=0, description="TCP connect time (pool waits never count).")
+    max_retries: int = Field(60, ge=0, description="Retries for transient faults (5xx, 408/429/503, resets).")
+    retry_delay_s: float = Field(
+        1.0, ge=0, description="First backoff delay; doubles per retry, with jitter."
+    )
+    max_retry_delay_s: float = Field(30.0, ge=0, description="Backoff cap.")
+    max_connections: int | None = Field(None, ge=1, description="Pool size; default: slime's formula.")
+
+
+class RolloutConfig(BaseModel):
+    """Everything ``generate`` needs beyond slime's own arguments."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    system_prompt: str = Field(DEFAULT_SYSTEM_PROMPT, description="System prompt of every episode.")
+    tools: list[Literal["execute_python_code"]] = Field(
+        default_factory=lambda: ["execute_python_code"], description="Tools the agent may call."
+    )
+    max_tool_iters: int | None = Field(5, ge=0, description="Tool rounds per episode (slime example: 5).")
+    max_tool_calls: int | None = Field(None, ge=0, description="Tool calls per episode in all.")
+    max_model_calls: int = Field(64, ge=1, le=256, description="Hard cap on model calls per episode.")
+    tool_parser: str = Field(
+        "hermes", description="Tool-call format: hermes (Qwen3 JSON) or qwen3_coder (XML)."
+    )
+    enable_thinking: bool | None = Field(
+        None,
+        description="Passed to the chat template when set (Qwen3 hybrid thinking); None: template default.",
+    )
+    chat_template_path: str | None = Field(
+        None, description="A Jinja chat template file replacing the tokenizer's."
+    )
+    tokenizer_path: str | None = Field(None, description="Tokenizer to use instead of args.hf_checkpoint.")
+    routing: Literal["auto", "always", "never"] = Field(
+        "auto",
+        description="Send X-SMG-Routing-Key = sample.session_id: auto = when slime's router policy is "
+        "consistent_hashing.",
+    )
+    max_context_len: int | None = Field(
+        None, gt=0, description="Context limit; default: args.rollout_max_context_len / the server's."
+    )
+    infra_failure_reward: float = Field(
+        0.0,
+        description="Reward preset on samples lost to infrastructure failures (they are removed from training).",
+    )
+    client: ClientConfig = Field(default_factory=ClientConfig)
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
+    reward: RewardConfig = Field(default_factory=RewardConfig)
+
+    @field_validator("tool_parser")
+    @classmethod
+    def _known_parser(cls, value: str) -> str:
+        from .tool_parsers import available_tool_parsers
+
+        if value.lower() not in available_tool_parsers():
+            raise ValueError(f"unknown tool parser {value!r}; known: {', '.join(available_tool_parsers())}")
+        return value.lower()
+
+
+class ConfigError(ValueError):
+    """The rollout configuration is missing or invalid; the message says where and what."""
+
+
+def _load_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise ConfigError(f"rollout config {file} does not exist")
+    try:
+        data = yaml.safe_load(file.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"rollout config {file} is not valid YAML: {exc}") from exc
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"rollout config {file} must be a mapping, got {type(data).__name__}")
+    return dict(data)
+
+
+def parse_config(data: Mapping[str, Any] | None, *, source: str = "<dict>") -> RolloutConfig:
+    """Validate a mapping (top-level settings or a ``strands_slime:`` section) into a RolloutConfig."""
+    data = dict(data or {})
+    if CONFIG_KEY in data:
+        section = data[CONFIG_KEY]
+        if not isinstance(section, Mapping):
+            raise ConfigError(f"{source}: '{CONFIG_KEY}' must be a mapping")
+        data = dict(section)
+    try:
+        return RolloutConfig.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in error['loc']) or '<root>'}: {error['msg']}" for error in exc.errors()
+        )
+        raise ConfigError(f"invalid rollout config in {source}: {problems}") from exc
+
+
+def load_config(path: str | os.PathLike[str]) -> RolloutConfig:
+    """Read and validate a rollout YAML file."""
+    return parse_config(_load_yaml(path), source=str(path))
+
+
+_CACHE: dict[tuple[Any, ...], RolloutConfig] = {}
+
+
+def get_rollout_config(args: Any = None) -> RolloutConfig:
+    """The configuration for this run (cached per source; see the module docstring for the order)."""
+    inline = getattr(args, CONFIG_KEY, None) if args is not None else None
+    path = getattr(args, "strands_slime_config", None) if args is not None else None
+    env_path = os.environ.get(CONFIG_ENV)
+    if isinstance(inline, RolloutConfig):
+        return inline
+    if inline is not None:
+        if not isinstance(inline, Mapping):
+            raise ConfigError(f"args.{CONFIG_KEY} must be a mapping, got {type(inline).__name__}")
+        key: tuple[Any, ...] = ("inline", repr(sorted(inline.items(), key=lambda kv: str(kv[0]))))
+        source = f"args.{CONFIG_KEY}"
+        loader = lambda: parse_config(inline, source=source)  # noqa: E731
+    elif path or env_path:
+        chosen = str(path or env_path)
+        stat = Path(chosen).expanduser().stat() if Path(chosen).expanduser().exists() else None
+        key = ("file", chosen, stat.st_mtime_ns if stat else None)
+        loader = lambda: load_config(chosen)  # noqa: E731
+    else:
+        key = ("defaults",)
+        loader = RolloutConfig
+    config = _CACHE.get(key)
+    if config is None:
+        config = loader()
+        _CACHE[key] = config
+    return config

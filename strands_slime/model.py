@@ -1,0 +1,492 @@
+"""``SGLangModel``: a Strands model provider with token-in/token-out trajectories.
+
+Each call sends the episode's exact token ids to SGLang's ``/generate`` and appends the sampled ids
+and their logprobs to :attr:`SGLangModel.trajectory` unchanged. Only new messages (tool results, user
+follow-ups) are templated and tokenized; the model's own output is never re-encoded from text.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+import weakref
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypedDict
+
+from strands.hooks import BeforeToolCallEvent
+from strands.models.model import Model
+from strands.types.content import Messages, SystemContentBlock
+from strands.types.exceptions import ModelThrottledException
+from strands.types.streaming import StreamEvent
+from strands.types.tools import ToolChoice, ToolSpec
+
+from .chat import ChatTemplater, get_templater, to_template_messages, tool_specs_to_template_tools
+from .client import (
+    GenerateResponse,
+    SGLangClient,
+    SGLangClientError,
+    SGLangContextLengthError,
+    SGLangThrottledError,
+)
+from .errors import ContextLimitExceeded, GenerationAborted, ResponseBudgetExhausted, TrajectoryDesyncError
+from .tool_parsers import ParsedOutput, ToolParser, get_tool_parser, parse_output
+from .trajectory import TokenTrajectory
+
+logger = logging.getLogger(__name__)
+
+
+class SGLangConfig(TypedDict, total=False):
+    """``model.get_config()``: a dict, as Strands' tracer expects."""
+
+    model_id: str | None
+    sampling_params: dict[str, Any]
+    context_window_limit: int | None
+    max_response_tokens: int | None
+    use_server_context_length: bool
+
+
+@dataclass
+class ModelStats:
+    """Per-episode counters (reset with the trajectory)."""
+
+    model_calls: int = 0
+    tool_calls: int = 0
+    parse_errors: int = 0
+    rolled_back_turns: int = 0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    completion_tokens: int = 0
+    generation_seconds: float = 0.0
+    finish_reasons: list[str] = field(default_factory=list)
+    parse_error_messages: list[str] = field(default_factory=list)
+
+    @property
+    def last_finish_reason(self) -> str | None:
+        return self.finish_reasons[-1] if self.finish_reasons else None
+
+
+@dataclass(slots=True)
+class _OutputRecord:
+    """What we emitted for one turn, to find it again in the agent's message history."""
+
+    position: int
+    signature: tuple[Any, ...]
+
+
+def _message_signature(content: Sequence[Mapping[str, Any]]) -> tuple[Any, ...]:
+    ids = tuple(b["toolUse"].get("toolUseId") for b in content if "toolUse" in b)
+    texts = [str(b["text"]).strip() for b in content if "text" in b]
+    text = "\n".join(t for t in texts if t and t != "[blank text]")
+    reasoning = "".join(
+        b["reasoningContent"].get("reasoningText", {}).get("text", "")
+        for b in content
+        if "reasoningContent" in b
+    )
+    return ids, text, reasoning.strip()
+
+
+class SGLangModel(Model):
+    """Token-in/token-out Strands model for SGLang's native API. One instance per episode
+    (call :meth:`reset` to reuse it); the client and tokenizer may be shared by many instances."""
+
+    def __init__(
+        self,
+        tokenizer: Any = None,
+        tool_parser: ToolParser | str | None = None,
+        client: SGLangClient | None = None,
+        *,
+        base_url: str | None = None,
+        model_id: str | None = None,
+        params: Mapping[str, Any] | None = None,
+        sampling_params: Mapping[str, Any] | None = None,
+        enable_thinking: bool | None = None,
+        chat_template: str | None = None,
+        template_kwargs: Mapping[str, Any] | None = None,
+        max_response_tokens: int | None = None,
+        context_window_limit: int | None = None,
+        use_server_context_length: bool = True,
+        routing_key: str | None = None,
+        abort_check: Callable[[], bool] | None = None,
+        timeout: float | None = None,
+        tool_call_parser: ToolParser | str | None = None,
+        return_logprob: bool = True,
+        return_logprobs: bool | None = None,
+        **extra_config: Any,
+    ) -> None:
+        if tokenizer is None:
+            raise ValueError("SGLangModel needs tokenizer= (a Hugging Face tokenizer or a path to one)")
+        if isinstance(tokenizer, str):
+            from .tokenizer import load_tokenizer
+
+            tokenizer = load_tokenizer(tokenizer)
+        if (client is None) == (base_url is None):
+            raise ValueError("pass exactly one of base_url= or client=")
+        self.client = client if client is not None else SGLangClient(base_url, timeout=timeout)  # type: ignore[arg-type]
+        self.tokenizer = tokenizer
+        self.tool_parser = get_tool_parser(tool_parser or tool_call_parser)
+        self.templater: ChatTemplater = get_templater(
+            tokenizer,
+            chat_template=chat_template,
+            enable_thinking=enable_thinking,
+            template_kwargs=template_kwargs,
+        )
+        self.routing_key = routing_key
+        self.abort_check = abort_check
+        self.return_logprob = return_logprob if return_logprobs is None else return_logprobs
+        merged = {**dict(params or {}), **dict(sampling_params or {})}
+        self.config: dict[str, Any] = {
+            "model_id": model_id,
+            "sampling_params": merged,
+            "context_window_limit": context_window_limit,
+            "max_response_tokens": max_response_tokens,
+            "use_server_context_length": use_server_context_length,
+            "enable_thinking": enable_thinking,
+            **extra_config,
+        }
+        self._registered_agents: weakref.WeakSet[Any] = weakref.WeakSet()
+        self.reset()
+
+    # ------------------------------------------------------------------ state
+
+    def reset(self) -> None:
+        """Start a new episode: empty trajectory, counters and tool-call bookkeeping."""
+        self.trajectory = TokenTrajectory()
+        self.stats = ModelStats()
+        self._outputs: list[_OutputRecord] = []
+        self._call_order: dict[str, int] = {}
+        self._tool_errors: dict[str, str] = {}
+        self._id_prefix = uuid.uuid4().hex[:8]
+        self._initial_position = 0
+        self._tools_fingerprint: Any = None
+        self.last_output_text: str | None = None
+        self.last_parsed: ParsedOutput | None = None
+
+    @property
+    def token_manager(self) -> TokenTrajectory:
+        """Seed name for :attr:`trajectory`."""
+        return self.trajectory
+
+    @property
+    def rollout(self) -> TokenTrajectory:
+        """strands-sglang >= 0.4 name for :attr:`trajectory`."""
+        return self.trajectory
+
+    def update_config(self, **model_config: Any) -> None:
+        if "params" in model_config:
+            model_config.setdefault("sampling_params", model_config.pop("params"))
+        self.config.update(model_config)
+
+    def get_config(self) -> SGLangConfig:
+        return self.config  # type: ignore[return-value]
+
+    @property
+    def sampling_params(self) -> dict[str, Any]:
+        return self.config["sampling_params"]
+
+    def structured_output(
+        self, output_model: Any, prompt: Messages, system_prompt: str | None = None, **kwargs: Any
+    ):  # type: ignore[override]
+        raise NotImplementedError(
+            "SGLangModel does not implement structured output (not needed for RL rollouts)"
+        )
+
+    async def count_tokens(
+        self,
+        messages: Messages,
+        tool_specs: list[ToolSpec] | None = None,
+        system_prompt: str | None = None,
+        system_prompt_content: list[SystemContentBlock] | None = None,
+    ) -> int:
+        """Cheap chars/4 estimate Strands asks for before every call (no JSON dumps, no tokenizing)."""
+        chars = len(system_prompt or "")
+        for message in messages:
+            for block in message.get("content") or []:
+                if "text" in block:
+                    chars += len(str(block["text"]))
+                elif "toolResult" in block:
+                    chars += sum(
+                        len(str(item.get("text", ""))) for item in block["toolResult"].get("content", [])
+                    )
+                elif "toolUse" in block:
+                    chars += len(str(block["toolUse"].get("input", "")))
+        return chars // 4
+
+    # ------------------------------------------------------------------ tool-call errors
+
+    def _register_agent_hook(self, invocation_state: Mapping[str, Any] | None) -> None:
+        """Malformed calls are answered by cancelling them with our explanation (an error tool result)."""
+        agent = (invocation_state or {}).get("agent")
+        if agent is None or agent in self._registered_agents:
+            return
+        add_hook = getattr(agent, "add_hook", None)
+        if add_hook is None:
+            return
+        add_hook(self._before_tool_call, BeforeToolCallEvent)
+        self._registered_agents.add(agent)
+
+    def _before_tool_call(self, event: BeforeToolCallEvent) -> None:
+        message = self._tool_errors.pop(str(event.tool_use.get("toolUseId")), None)
+        if message is not None:
+            event.cancel_tool = message
+
+    def tool_call_error(self, tool_use_id: str) -> str | None:
+        """The explanation a malformed call will get (None for a valid call)."""
+        return self._tool_errors.get(tool_use_id)
+
+    def _format_tool_error(self, error: str, raw: str) -> str:
+        shown = raw if len(raw) <= 400 else raw[:400] + "..."
+        if self.tool_parser.name == "hermes":
+            expected = '<tool_call>\n{"name": <tool name>, "arguments": {<argument>: <value>}}\n</tool_call>'
+        else:
+            expected = "<tool_call>\n<function=NAME>\n<parameter=NAME>\nvalue\n</parameter>\n</function>\n</tool_call>"
+        return f"Error: invalid tool call: {error}.\nYour call: {shown}\nExpected format: {expected}"
+
+    # ------------------------------------------------------------------ prompt assembly
+
+    def _new_messages(self, messages: Messages) -> tuple[bool, Messages]:
+        """Find which messages are new since our last output; roll back turns Strands re-runs.
+
+        Returns ``(initial, new_messages)``."""
+        for keep in range(len(self._outputs), 0, -1):
+            record = self._outputs[keep - 1]
+            if record.position < len(messages):
+                message = messages[record.position]
+                if (
+                    message["role"] == "assistant"
+                    and _message_signature(message["content"]) == record.signature
+                ):
+                    self._rollback(keep)
+                    return False, messages[record.position + 1 :]
+        if self._outputs and len(messages) != self._initial_position:
+            raise TrajectoryDesyncError(
+                "the agent's history no longer contains the model outputs recorded in the trajectory "
+                "(a conversation manager changed it?); use NullConversationManager or call model.reset()"
+            )
+        self._rollback(0)
+        return True, messages
+
+    def _rollback(self, keep: int) -> None:
+        if keep < len(self._outputs) or keep < self.trajectory.turn_count:
+            self.stats.rolled_back_turns += self.trajectory.turn_count - keep
+            self.trajectory.rollback_turns(keep)
+            del self._outputs[keep:]
+
+    async def _prompt_delta(
+        self,
+        messages: Messages,
+        tool_specs: list[ToolSpec] | None,
+        system_prompt: str | None,
+    ) -> tuple[bool, list[int], str]:
+        initial, new_messages = self._new_messages(messages)
+        if not initial and not new_messages:
+            raise TrajectoryDesyncError(
+                "no new messages since the last model output; nothing to generate from"
+            )
+        template_messages = to_template_messages(new_messages, self._call_order.get)
+        size = sum(len(m.get("content") or "") for m in template_messages)
+        if initial:
+            self._initial_position = len(messages)
+            self._tools_fingerprint = _fingerprint(tool_specs, system_prompt)
+            tools = tool_specs_to_template_tools(tool_specs)
+            text = await self.templater.render_async(
+                lambda: self.templater.initial_prompt_text(template_messages, system_prompt, tools), size
+            )
+        else:
+            if _fingerprint(tool_specs, system_prompt) != self._tools_fingerprint:
+                logger.warning(
+                    "tools or system prompt changed mid-episode; the trajectory keeps the original ones"
+                )
+                self._tools_fingerprint = _fingerprint(tool_specs, system_prompt)
+            last = self.trajectory.token_ids[-1] if self.trajectory.ends_with_output else None
+            text = await self.templater.render_async(
+                lambda: self.templater.continuation_text(template_messages, last), size
+            )
+        return initial, await self.templater.encode_async(text), text
+
+    async def _context_limit(self) -> int | None:
+        limits = [self.config.get("context_window_limit")]
+        if self.config.get("use_server_context_length", True):
+            try:
+                limits.append(await self.client.max_model_len())
+            except SGLangClientError as exc:
+                logger.debug("server context length unavailable: %s", exc)
+        known = [int(limit) for limit in limits if limit]
+        return min(known) if known else None
+
+    # ------------------------------------------------------------------ stream
+
+    async def stream(
+        self,
+        messages: Messages,
+        tool_specs: list[ToolSpec] | None = None,
+        system_prompt: str | None = None,
+        *,
+        tool_choice: ToolChoice | None = None,
+        system_prompt_content: list[SystemContentBlock] | None = None,
+        invocation_state: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> AsyncGenerator[StreamEvent, None]:
+        """One model turn over the token trajectory (``tool_choice`` is not enforced)."""
+        self._register_agent_hook(invocation_state)
+        if self.abort_check is not None and self.abort_check():
+            raise GenerationAborted(
+                "rollout aborted before the model call", trajectory=self.trajectory.copy()
+            )
+        if system_prompt is None and system_prompt_content:
+            system_prompt = "".join(str(b["text"]) for b in system_prompt_content if "text" in b) or None
+
+        initial, delta, prompt_text = await self._prompt_delta(messages, tool_specs, system_prompt)
+        input_ids = self.trajectory.token_ids + delta
+        params = self._turn_sampling_params(initial, delta, len(input_ids), await self._context_limit())
+
+        started = time.perf_counter()
+        try:
+            response = await self.client.generate(
+                input_ids, params, return_logprob=self.return_logprob, routing_key=self.routing_key
+            )
+        except SGLangContextLengthError as exc:
+            raise ContextLimitExceeded(str(exc), prompt_tokens=len(input_ids)) from exc
+        except SGLangThrottledError as exc:
+            raise ModelThrottledException(str(exc)) from exc
+        self.stats.generation_seconds += time.perf_counter() - started
+        self.stats.model_calls += 1
+
+        if response.is_abort:
+            partial = self.trajectory.copy()
+            _append_turn(partial, delta, response)
+            self.stats.finish_reasons.append("abort")
+            message = response.finish_reason.message if response.finish_reason else None
+            raise GenerationAborted(
+                f"generation aborted by the server ({message or 'no message'})",
+                trajectory=partial,
+                queued=response.prompt_tokens is None,
+            )
+        _append_turn(self.trajectory, delta, response)
+        self.stats.prompt_tokens += response.prompt_tokens or 0
+        self.stats.cached_tokens += response.cached_tokens
+        self.stats.completion_tokens += response.completion_tokens
+        async for event in self._emit(messages, response, tool_specs, prompt_text):
+            yield event
+
+    def _turn_sampling_params(
+        self, initial: bool, delta: list[int], input_len: int, context_limit: int | None
+    ) -> dict[str, Any]:
+        params = dict(self.sampling_params)
+        caps: list[int] = []
+        if params.get("max_new_tokens") is not None:
+            caps.append(int(params["max_new_tokens"]))
+        budget = self.config.get("max_response_tokens")
+        if budget is not None:
+            used = self.trajectory.response_length
+            pending = 0 if initial else len(delta)
+            remaining = int(budget) - used - pending
+            if remaining <= 0:
+                raise ResponseBudgetExhausted(used, int(budget), pending)
+            caps.append(remaining)
+        if context_limit is not None:
+            room = context_limit - input_len
+            if room <= 0:
+                raise ContextLimitExceeded(
+                    f"the next prompt has {input_len} tokens, the context window {context_limit}",
+                    prompt_tokens=input_len,
+                    limit=context_limit,
+                )
+            caps.append(room)
+        if caps:
+            params["max_new_tokens"] = min(caps)
+        return params
+
+    async def _emit(
+        self,
+        messages: Messages,
+        response: GenerateResponse,
+        tool_specs: list[ToolSpec] | None,
+        prompt_text: str,
+    ) -> AsyncGenerator[StreamEvent, None]:
+        output_ids = response.output_ids
+        body = (
+            output_ids[:-1] if output_ids and output_ids[-1] in self.templater.stop_token_ids else output_ids
+        )
+        text = await self.templater.decode_async(body)
+        self.last_output_text = text
+        finish = response.finish_reason.type if response.finish_reason else "stop"
+        self.stats.finish_reasons.append(finish)
+        opened = self.templater.prompt_opens_reasoning(prompt_text)
+        parsed = parse_output(text, self.tool_parser, tool_specs, prompt_opened_reasoning=opened)
+        self.last_parsed = parsed
+
+        content: list[dict[str, Any]] = []
+        yield {"messageStart": {"role": "assistant"}}
+        if parsed.reasoning:
+            yield {"contentBlockStart": {"start": {}}}
+            yield {"contentBlockDelta": {"delta": {"reasoningContent": {"text": parsed.reasoning}}}}
+            yield {"contentBlockStop": {}}
+            content.append({"reasoningContent": {"reasoningText": {"text": parsed.reasoning}}})
+        calls = parsed.tool_calls if finish != "length" else []
+        visible = parsed.text
+        if finish == "length" and parsed.tool_calls:
+            visible = "\n".join(part for part in (parsed.text, *(c.raw for c in parsed.tool_calls)) if part)
+        if visible:
+            yield {"contentBlockStart": {"start": {}}}
+            yield {"contentBlockDelta": {"delta": {"text": visible}}}
+            yield {"contentBlockStop": {}}
+            content.append({"text": visible})
+        for call in calls:
+            tool_use_id = f"call_{self._id_prefix}_{len(self._call_order):04d}"
+            self._call_order[tool_use_id] = len(self._call_order)
+            self.stats.tool_calls += 1
+            if call.error is not None:
+                self.stats.parse_errors += 1
+                self.stats.parse_error_messages.append(call.error)
+                self._tool_errors[tool_use_id] = self._format_tool_error(call.error, call.raw)
+            arguments = call.arguments if call.arguments is not None else {}
+            yield {"contentBlockStart": {"start": {"toolUse": {"name": call.name, "toolUseId": tool_use_id}}}}
+            yield {"contentBlockDelta": {"delta": {"toolUse": {"input": _json(arguments)}}}}
+            yield {"contentBlockStop": {}}
+            content.append({"toolUse": {"toolUseId": tool_use_id, "name": call.name, "input": arguments}})
+        self._outputs.append(_OutputRecord(position=len(messages), signature=_message_signature(content)))
+
+        if finish == "length":
+            stop_reason = "max_tokens"
+        elif calls:
+            stop_reason = "tool_use"
+        else:
+            stop_reason = "end_turn"
+        yield {"messageStop": {"stopReason": stop_reason}}
+        prompt_tokens = response.prompt_tokens or len(self.trajectory) - len(output_ids)
+        usage: dict[str, Any] = {
+            "inputTokens": prompt_tokens,
+            "outputTokens": response.completion_tokens,
+            "totalTokens": prompt_tokens + response.completion_tokens,
+        }
+        if response.cached_tokens:
+            usage["cacheReadInputTokens"] = response.cached_tokens
+        latency = response.e2e_latency
+        yield {
+            "metadata": {
+                "usage": usage,  # type: ignore[typeddict-item]
+                "metrics": {"latencyMs": int((latency or 0.0) * 1000)},
+            }
+        }
+
+
+def _append_turn(trajectory: TokenTrajectory, delta: list[int], response: GenerateResponse) -> None:
+    trajectory.begin_turn()
+    trajectory.add_prompt(delta)
+    logprobs = response.output_logprobs or [None] * len(response.output_ids)
+    trajectory.add_output(response.output_ids, logprobs)
+
+
+def _json(value: Any) -> str:
+    import json
+
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _fingerprint(
+    tool_specs: Sequence[Mapping[str, Any]] | None, system_prompt: str | None
+) -> tuple[Any, ...]:
+    names = tuple(sorted(str(spec.get("name")) for spec in tool_specs or []))
+    return names, system_prompt

@@ -1,0 +1,178 @@
+"""The token trajectory of one episode: ids, loss mask and rollout logprobs, append-only.
+
+All invariants live here: the three lists have equal length; prompt/tool tokens have mask 0 and
+logprob 0.0; model output tokens have mask 1 and the server's logprobs; segments concatenate to the
+token ids. Turns can be rolled back as a whole when Strands re-runs a model call.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+SegmentKind = Literal["prompt", "output"]
+
+
+@dataclass(slots=True)
+class Segment:
+    """A run of tokens from one source: the prompt renderer or the model."""
+
+    kind: SegmentKind
+    start: int
+    length: int
+
+    @property
+    def is_output(self) -> bool:
+        return self.kind == "output"
+
+
+@dataclass(slots=True)
+class _Checkpoint:
+    token_count: int
+    segment_count: int
+
+
+@dataclass
+class TokenTrajectory:
+    """Token ids, loss mask and logprobs of one episode (``segments[0]`` is the initial prompt)."""
+
+    token_ids: list[int] = field(default_factory=list)
+    loss_mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    segment_info: list[Segment] = field(default_factory=list)
+    missing_logprobs: int = 0
+    """Output positions whose logprob the server returned as null (stored as ``-inf``)."""
+    _turns: list[_Checkpoint] = field(default_factory=list, repr=False)
+
+    # ------------------------------------------------------------------ views
+
+    def __len__(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def segments(self) -> list[list[int]]:
+        """Per-segment token lists (seed API)."""
+        return [self.token_ids[s.start : s.start + s.length] for s in self.segment_info]
+
+    @property
+    def initial_prompt_length(self) -> int:
+        return self.segment_info[0].length if self.segment_info else 0
+
+    @property
+    def response_length(self) -> int:
+        """Tokens after the initial prompt (what slime's ``response_length`` counts)."""
+        return len(self.token_ids) - self.initial_prompt_length
+
+    @property
+    def output_token_count(self) -> int:
+        return sum(s.length for s in self.segment_info if s.is_output)
+
+    @property
+    def num_outputs(self) -> int:
+        return sum(1 for s in self.segment_info if s.is_output)
+
+    @property
+    def ends_with_output(self) -> bool:
+        return bool(self.segment_info) and self.segment_info[-1].is_output
+
+    def last_output_ids(self) -> list[int]:
+        for segment in reversed(self.segment_info):
+            if segment.is_output:
+                return self.token_ids[segment.start : segment.start + segment.length]
+        return []
+
+    # ------------------------------------------------------------------ mutation
+
+    def begin_turn(self) -> None:
+        """Remember where a model turn starts so it can be rolled back as one unit."""
+        self._turns.append(_Checkpoint(len(self.token_ids), len(self.segment_info)))
+
+    def add_prompt(self, token_ids: list[int]) -> None:
+        """Append prompt/tool tokens: mask 0, logprob 0.0. An empty list adds nothing."""
+        if not token_ids:
+            return
+        self.segment_info.append(Segment("prompt", len(self.token_ids), len(token_ids)))
+        self.token_ids.extend(token_ids)
+        self.loss_mask.extend([0] * len(token_ids))
+        self.logprobs.extend([0.0] * len(token_ids))
+
+    def add_output(self, token_ids: list[int], logprobs: list[float | None]) -> None:
+        """Append the model's sampled tokens exactly as returned: mask 1, the server's logprobs."""
+        if len(logprobs) != len(token_ids):
+            raise ValueError(f"{len(token_ids)} output tokens but {len(logprobs)} logprobs")
+        if not token_ids:
+            return
+        clean: list[float] = []
+        for value in logprobs:
+            if value is None or math.isnan(value):
+                self.missing_logprobs += 1
+                clean.append(-math.inf)
+            else:
+                clean.append(float(value))
+        self.segment_info.append(Segment("output", len(self.token_ids), len(token_ids)))
+        self.token_ids.extend(token_ids)
+        self.loss_mask.extend([1] * len(token_ids))
+        self.logprobs.extend(clean)
+
+    def rollback_turns(self, keep: int) -> int:
+        """Drop every turn after the first ``keep`` turns; return how many tokens were removed."""
+        if keep >= len(self._turns):
+            return 0
+        checkpoint = self._turns[keep]
+        removed = len(self.token_ids) - checkpoint.token_count
+        del self.token_ids[checkpoint.token_count :]
+        del self.loss_mask[checkpoint.token_count :]
+        del self.logprobs[checkpoint.token_count :]
+        del self.segment_info[checkpoint.segment_count :]
+        del self._turns[keep:]
+        return removed
+
+    @property
+    def turn_count(self) -> int:
+        return len(self._turns)
+
+    def reset(self) -> None:
+        self.token_ids = []
+        self.loss_mask = []
+        self.logprobs = []
+        self.segment_info = []
+        self.missing_logprobs = 0
+        self._turns = []
+
+    def copy(self) -> TokenTrajectory:
+        return TokenTrajectory(
+            token_ids=list(self.token_ids),
+            loss_mask=list(self.loss_mask),
+            logprobs=list(self.logprobs),
+            segment_info=[Segment(s.kind, s.start, s.length) for s in self.segment_info],
+            missing_logprobs=self.missing_logprobs,
+            _turns=[_Checkpoint(t.token_count, t.segment_count) for t in self._turns],
+        )
+
+    # ------------------------------------------------------------------ checks
+
+    def check(self) -> None:
+        """Raise AssertionError if any invariant is broken (cheap enough for tests and debugging)."""
+        n = len(self.token_ids)
+        assert len(self.loss_mask) == n == len(self.logprobs), "ids, mask and logprobs differ in length"
+        position = 0
+        for segment in self.segment_info:
+            assert segment.start == position and segment.length > 0, "segments must tile the ids"
+            mask = 1 if segment.is_output else 0
+            end = segment.start + segment.length
+            assert all(m == mask for m in self.loss_mask[segment.start : end]), "mask disagrees with segment"
+            if not segment.is_output:
+                assert all(lp == 0.0 for lp in self.logprobs[segment.start : end]), "prompt logprob != 0"
+            position = end
+        assert position == n, "segments do not cover the ids"
+        assert not self.segment_info or not self.segment_info[0].is_output, "segment 0 must be the prompt"
+
+    def response_slices(self) -> tuple[list[int], list[int], list[float]]:
+        """``(response ids, loss mask, logprobs)`` after the initial prompt, for slime's Sample."""
+        start = self.initial_prompt_length
+        return self.token_ids[start:], self.loss_mask[start:], self.logprobs[start:]
+
+
+TokenManager = TokenTrajectory
+"""Seed name (strands-sglang 0.2.x ``model.token_manager``)."""
