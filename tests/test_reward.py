@@ -346,3 +346,14 @@ async def test_math_verify_equivalence_through_reward_func() -> None:
     assert sample.metadata["reward_details"]["method"] == "math_verify"
     disabled = RewardConfig(shaping="none", math_verify=False)
     assert await reward_func(None, make_sample("Answer: \\sqrt{1156}"), config=disabled) == -1.0
+
+
+async def test_config_comes_from_the_rollout_config() -> None:
+    """Without ``config=``, reward_func reads the ``reward:`` section through strands_slime.config."""
+    config_module = pytest.importorskip("strands_slime.config")
+    args = SimpleNamespace(**{config_module.CONFIG_KEY: {"reward": {"shaping": "none", "output": "dict"}}})
+    result = await reward_func(args, make_sample("Answer: 35", tool_iterations=0))
+    assert isinstance(result, dict) and result["score"] == -1.0 and result["shaped"] is False
+    assert await reward_func(
+        SimpleNamespace(), make_sample("Answer: 35", tool_iterations=0)
+    ) == pytest.approx(-1.1)
