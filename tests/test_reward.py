@@ -75,6 +75,12 @@ TRICKY_ANSWERS: list[tuple[str, str, str, bool]] = [
     ("only closing think tag (2507 template)", "maybe Answer: 35 ...</think>\n\nAnswer: 34", "34", True),
     ("still inside reasoning", "<think>Answer: 34 so far", "34", False),
     (
+        "answer only in a tool output",
+        "<tool_response>\nAnswer: 34\n\\boxed{34}\n</tool_response>\nNot sure.",
+        "34",
+        False,
+    ),
+    (
         "answer inside a tool call",
         '<tool_call>{"arguments": {"code": "print(\'Answer: 34\')"}}</tool_call>',
         "34",
