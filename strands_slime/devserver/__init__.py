@@ -1,0 +1,62 @@
+"""SGLang-compatible CPU dev server: the native ``/generate`` protocol on a laptop.
+
+``DevServer`` runs in-process (``async with``), ``DevServerThread`` in a background thread for sync
+callers, ``DevServerProcess`` as a child process; ``serve_main`` is the command line. Backends:
+``scripted`` (deterministic replies from a :class:`Script`) and ``hf`` (a real transformers model on
+CPU; ``build_tiny_qwen3`` and ``full_forward_logprobs`` are exported for fidelity tests). Importing
+this package does not import torch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from strands_slime.devserver.app import DevServer, Fault
+from strands_slime.devserver.backends.scripted import (
+    Reply,
+    Rule,
+    Script,
+    ScriptError,
+    scripted_input_logprobs,
+    scripted_logprob,
+    scripted_output_logprobs,
+)
+from strands_slime.devserver.cli import URL_LINE_PREFIX, serve_main
+from strands_slime.devserver.protocol import ProtocolError, SamplingParams
+from strands_slime.devserver.runners import DevServerProcess, DevServerThread
+
+_LAZY = {
+    "build_tiny_qwen3": "strands_slime.devserver.backends.hf",
+    "full_forward_logprobs": "strands_slime.devserver.backends.hf",
+    "HFBackend": "strands_slime.devserver.backends.hf",
+    "ScriptedBackend": "strands_slime.devserver.backends.scripted",
+}
+
+__all__ = [
+    "URL_LINE_PREFIX",
+    "DevServer",
+    "DevServerProcess",
+    "DevServerThread",
+    "Fault",
+    "ProtocolError",
+    "Reply",
+    "Rule",
+    "SamplingParams",
+    "Script",
+    "ScriptError",
+    "scripted_input_logprobs",
+    "scripted_logprob",
+    "scripted_output_logprobs",
+    "serve_main",
+    *_LAZY,
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'strands_slime.devserver' has no attribute {name!r}")

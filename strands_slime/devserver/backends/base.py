@@ -1,0 +1,98 @@
+"""What a dev-server backend provides: token steps for one request at a time.
+
+Backends only produce tokens and logprobs. Everything SGLang defines on top (stop strings, stop ids,
+``max_new_tokens`` clipping, aborts, text trimming, response shapes) lives in the engine, so both
+backends follow the protocol identically.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from strands_slime.devserver.engine import GenerationRequest
+    from strands_slime.devserver.tokens import TokenizerWorker
+
+LogprobPairs = list[tuple[float, int]]
+"""``[(logprob, token_id), ...]`` as used for top-k and requested-id logprobs."""
+
+
+@dataclass(slots=True)
+class TokenStep:
+    """One generated token with its logprob (and the optional extra logprob views)."""
+
+    token_id: int
+    logprob: float
+    top_logprobs: LogprobPairs | None = None
+    token_ids_logprobs: LogprobPairs | None = None
+
+
+@dataclass(slots=True)
+class PrefillResult:
+    """What the prompt pass reports: the prefix-cache hit and, when asked for, prompt logprobs.
+
+    ``input_logprobs`` holds one value per token of ``prompt[logprob_start_len:]``; the first is None
+    (SGLang never scores the first returned prompt token).
+    """
+
+    cached_tokens: int
+    input_logprobs: list[float | None] = field(default_factory=list)
+    input_top_logprobs: list[LogprobPairs | None] | None = None
+    input_token_ids_logprobs: list[LogprobPairs | None] | None = None
+
+
+class Generation(abc.ABC):
+    """The backend side of one running request."""
+
+    @abc.abstractmethod
+    async def prefill(self) -> PrefillResult:
+        """Process the prompt (reusing cached prefixes) before the first token is asked for."""
+
+    @abc.abstractmethod
+    async def next_tokens(self, limit: int) -> list[TokenStep]:
+        """Return between 1 and ``limit`` next tokens, or ``[]`` when the backend has nothing more.
+
+        The engine accepts tokens in order up to the one that finishes the request; tokens after it
+        are dropped, exactly as SGLang drops tokens after a stop.
+        """
+
+    @abc.abstractmethod
+    async def close(self, output_ids: list[int]) -> None:
+        """Release the request; ``output_ids`` are the tokens the engine accepted (for the cache)."""
+
+
+class Backend(abc.ABC):
+    """A token source shared by every request of one server."""
+
+    name: str
+    tokens: TokenizerWorker
+    vocab_size: int
+    eos_token_ids: frozenset[int]
+    default_context_length: int
+    default_max_running_requests: int
+
+    async def start(self) -> None:  # noqa: B027 - optional hook
+        """Called once on the server's loop before the first request."""
+
+    async def close(self) -> None:  # noqa: B027 - optional hook
+        """Release threads and memory."""
+
+    async def prepare(self, request: GenerationRequest) -> None:  # noqa: B027 - optional hook
+        """Validate backend-specific preconditions before queueing (raise ProtocolError to refuse)."""
+
+    @abc.abstractmethod
+    def open(self, request: GenerationRequest) -> Generation:
+        """Start generating for an admitted request."""
+
+    @abc.abstractmethod
+    def model_info(self) -> dict[str, Any]:
+        """Backend-specific fields of ``/model_info`` (model_path, model_type, architectures, ...)."""
+
+    def flush_cache(self) -> None:  # noqa: B027 - optional hook
+        """Drop every cached prefix (``POST /flush_cache``)."""
+
+    def cache_stats(self) -> dict[str, Any]:
+        """Prefix-cache counters for ``/server_info`` and ``/v1/loads``."""
+        return {}

@@ -1,0 +1,383 @@
+"""The ``scripted`` backend: deterministic replies chosen per conversation, same protocol as ``hf``.
+
+A script is an ordered list of rules. The first rule whose ``match`` substring occurs in the prompt
+(decoded with special tokens) answers; its reply number is the count of assistant turns already in
+the prompt, i.e. occurrences of ``<|im_start|>assistant`` minus one (floored at 0). Past the last
+reply the last one repeats. See docs/devserver.md for the file format.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from array import array
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from strands_slime.devserver.backends.base import Backend, Generation, PrefillResult, TokenStep
+from strands_slime.devserver.prefix_cache import PrefixCache
+from strands_slime.devserver.protocol import ProtocolError
+
+if TYPE_CHECKING:
+    from strands_slime.devserver.engine import GenerationRequest
+    from strands_slime.devserver.tokens import TokenizerWorker
+
+ASSISTANT_MARKER = "<|im_start|>assistant"
+DEFAULT_CONTEXT_LENGTH = 40960
+DEFAULT_PREFIX_CACHE_TOKENS = 2_000_000
+_MASK64 = (1 << 64) - 1
+_HALF = math.log(0.5)
+
+
+class ScriptError(ValueError):
+    """A script that cannot be used, with the place of the problem in the message."""
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """One assistant reply: a text (EOS appended) or explicit token ids (used verbatim)."""
+
+    text: str | None = None
+    token_ids: tuple[int, ...] | None = None
+    noncanonical: bool | None = None
+    """None: use the script-wide setting."""
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    match: str | None
+    replies: tuple[Reply, ...]
+
+
+def _reply_from_obj(obj: Any, where: str) -> Reply:
+    if isinstance(obj, str):
+        return Reply(text=obj)
+    if not isinstance(obj, dict):
+        raise ScriptError(f"{where}: a reply must be a string or an object, got {type(obj).__name__}")
+    unknown = set(obj) - {"text", "token_ids", "noncanonical"}
+    if unknown:
+        raise ScriptError(
+            f"{where}: unknown reply keys {sorted(unknown)} (use text, token_ids, noncanonical)"
+        )
+    has_text, has_ids = "text" in obj, "token_ids" in obj
+    if has_text == has_ids:
+        raise ScriptError(f"{where}: a reply needs exactly one of 'text' or 'token_ids'")
+    noncanonical = obj.get("noncanonical")
+    if noncanonical is not None and not isinstance(noncanonical, bool):
+        raise ScriptError(f"{where}.noncanonical: must be true or false, got {noncanonical!r}")
+    if has_text:
+        if not isinstance(obj["text"], str):
+            raise ScriptError(f"{where}.text: must be a string, got {type(obj['text']).__name__}")
+        return Reply(text=obj["text"], noncanonical=noncanonical)
+    if noncanonical is not None:
+        raise ScriptError(f"{where}: 'noncanonical' only applies to text replies")
+    ids = obj["token_ids"]
+    if (
+        not isinstance(ids, list)
+        or not ids
+        or not all(isinstance(tok, int) and not isinstance(tok, bool) and tok >= 0 for tok in ids)
+    ):
+        raise ScriptError(f"{where}.token_ids: must be a non-empty list of non-negative integers")
+    return Reply(token_ids=tuple(ids))
+
+
+def _rule_from_obj(obj: Any, where: str) -> Rule:
+    if not isinstance(obj, dict):
+        raise ScriptError(f"{where}: a rule must be an object with 'replies', got {type(obj).__name__}")
+    unknown = set(obj) - {"match", "replies"}
+    if unknown:
+        raise ScriptError(f"{where}: unknown rule keys {sorted(unknown)} (use match, replies)")
+    match = obj.get("match")
+    if match is not None and (not isinstance(match, str) or not match):
+        raise ScriptError(f"{where}.match: must be a non-empty string or null, got {match!r}")
+    replies = obj.get("replies")
+    if not isinstance(replies, list) or not replies:
+        raise ScriptError(f"{where}.replies: must be a non-empty list")
+    return Rule(
+        match=match,
+        replies=tuple(_reply_from_obj(reply, f"{where}.replies[{i}]") for i, reply in enumerate(replies)),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Script:
+    """Ordered rules plus the script-wide ``noncanonical`` default."""
+
+    rules: tuple[Rule, ...]
+    noncanonical: bool = False
+    name: str = "inline"
+
+    @classmethod
+    def from_obj(cls, obj: Any, *, name: str = "inline") -> Script:
+        """Build from a list of rules or ``{"rules": [...], "noncanonical": bool}``."""
+        if isinstance(obj, Script):
+            return obj
+        noncanonical = False
+        if isinstance(obj, dict):
+            unknown = set(obj) - {"rules", "noncanonical"}
+            if unknown:
+                raise ScriptError(f"script: unknown keys {sorted(unknown)} (use rules, noncanonical)")
+            noncanonical = obj.get("noncanonical", False)
+            if not isinstance(noncanonical, bool):
+                raise ScriptError(f"script.noncanonical: must be true or false, got {noncanonical!r}")
+            obj = obj.get("rules")
+        if not isinstance(obj, list) or not obj:
+            raise ScriptError("script: expected a non-empty list of rules (or an object with 'rules')")
+        rules = tuple(_rule_from_obj(rule, f"rules[{i}]") for i, rule in enumerate(obj))
+        return cls(rules=rules, noncanonical=noncanonical, name=name)
+
+    @classmethod
+    def load(cls, path: str | Path) -> Script:
+        """Read a ``.json`` or ``.yaml``/``.yml`` script file."""
+        path = Path(path)
+        try:
+            raw = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ScriptError(f"cannot read script {path}: {exc}") from exc
+        try:
+            if path.suffix.lower() in (".yaml", ".yml"):
+                import yaml
+
+                obj = yaml.safe_load(raw)
+            else:
+                obj = json.loads(raw)
+        except Exception as exc:
+            raise ScriptError(f"cannot parse script {path}: {exc}") from exc
+        return cls.from_obj(obj, name=path.name)
+
+    @classmethod
+    def default(cls) -> Script:
+        """What ``--backend scripted`` serves without ``--script``: one fixed answer to everything."""
+        return cls.from_obj([{"match": None, "replies": ["Hello from the strands_slime dev server."]}])
+
+    def select(self, prompt_text: str) -> tuple[int, int]:
+        """(rule index, reply index) for a decoded prompt; raises ScriptError when no rule matches."""
+        for rule_index, rule in enumerate(self.rules):
+            if rule.match is None or rule.match in prompt_text:
+                turns = max(0, prompt_text.count(ASSISTANT_MARKER) - 1)
+                return rule_index, min(turns, len(rule.replies) - 1)
+        patterns = ", ".join(repr(rule.match) for rule in self.rules)
+        tail = prompt_text[-200:]
+        raise ScriptError(
+            f"scripted backend: no script rule matches the prompt (rules match {patterns}); "
+            f"the prompt ends with {tail!r}"
+        )
+
+
+# --------------------------------------------------------------------------- tokenization
+
+
+def noncanonical_ids(tokens: TokenizerWorker, text: str, vocab: dict[str, int]) -> list[int] | None:
+    """Token ids that decode to ``text`` but are not what BPE would choose, or None if impossible.
+
+    Each multi-byte token is split in two vocabulary pieces (longest valid prefix first), or into its
+    single byte-level characters when no two-piece split exists.
+    """
+    tokenizer = tokens.tokenizer
+    canonical = tokens.encode_sync(text)
+    added = set(getattr(tokenizer, "added_tokens_decoder", {}) or {})
+    split_any = False
+    result: list[int] = []
+    for tok in canonical:
+        piece = tokenizer.convert_ids_to_tokens(tok)
+        if tok in added or not isinstance(piece, str) or len(piece) < 2:
+            result.append(tok)
+            continue
+        pieces: list[int] | None = None
+        for cut in range(len(piece) - 1, 0, -1):
+            head, rest = piece[:cut], piece[cut:]
+            if head in vocab and rest in vocab:
+                pieces = [vocab[head], vocab[rest]]
+                break
+        if pieces is None:
+            if not all(char in vocab for char in piece):
+                result.append(tok)
+                continue
+            pieces = [vocab[char] for char in piece]
+        result.extend(pieces)
+        split_any = True
+    if not split_any or tokens.decode_sync(result) != text or tokens.encode_sync(text) == result:
+        return None
+    return result
+
+
+def prompt_key(prompt_ids: Sequence[int]) -> int:
+    """A stable 64-bit key of a prompt (the same across processes and Python versions)."""
+    digest = hashlib.blake2b(array("q", prompt_ids).tobytes(), digest_size=8).digest()
+    return int.from_bytes(digest, "little")
+
+
+def scripted_logprob(key: int, position: int, token_id: int) -> float:
+    """The scripted backend's logprob for ``token_id`` at ``position``: in (-8, -0.7], deterministic."""
+    x = (key ^ (position * 0x9E3779B97F4A7C15) ^ (token_id * 0xC2B2AE3D27D4EB4F)) & _MASK64
+    x ^= x >> 30
+    x = (x * 0xBF58476D1CE4E5B9) & _MASK64
+    x ^= x >> 27
+    x = (x * 0x94D049BB133111EB) & _MASK64
+    x ^= x >> 31
+    return -(0.7 + 7.3 * ((x >> 11) / float(1 << 53)))
+
+
+def scripted_output_logprobs(prompt_ids: Sequence[int], output_ids: Sequence[int]) -> list[float]:
+    """The output logprobs the scripted backend returns for ``output_ids`` after ``prompt_ids``."""
+    key = prompt_key(prompt_ids)
+    return [scripted_logprob(key, position, tok) for position, tok in enumerate(output_ids)]
+
+
+def scripted_input_logprobs(prompt_ids: Sequence[int], start: int) -> list[float | None]:
+    """The prompt logprobs for ``prompt_ids[start:]`` (first entry None, like SGLang)."""
+    values: list[float | None] = []
+    for position in range(start, len(prompt_ids)):
+        values.append(None if position == start else scripted_logprob(0, position, prompt_ids[position]))
+    return values
+
+
+# --------------------------------------------------------------------------- backend
+
+
+class ScriptedBackend(Backend):
+    """Replies from a :class:`Script`; prefix reuse is tracked so ``cached_tokens`` is realistic."""
+
+    name = "scripted"
+    default_max_running_requests = 1024
+
+    def __init__(
+        self,
+        script: Script | list[Any] | dict[str, Any],
+        tokens: TokenizerWorker,
+        *,
+        context_length: int | None = None,
+        prefix_cache_tokens: int = DEFAULT_PREFIX_CACHE_TOKENS,
+    ) -> None:
+        self.script = Script.from_obj(script)
+        self.tokens = tokens
+        self.vocab_size = tokens.vocab_size
+        self.eos_token_ids = frozenset(tokens.default_eos_ids())
+        eos = tokens.tokenizer.eos_token_id
+        if eos is None:
+            raise ScriptError("scripted backend: the tokenizer has no eos_token_id to end text replies")
+        self.eos_token_id = int(eos)
+        self.default_context_length = context_length or DEFAULT_CONTEXT_LENGTH
+        self.prefix_cache = PrefixCache(prefix_cache_tokens)
+        self.reply_ids = self._tokenize_replies()
+
+    def _tokenize_replies(self) -> list[list[tuple[int, ...]]]:
+        vocab: dict[str, int] | None = None
+        table: list[list[tuple[int, ...]]] = []
+        for rule_index, rule in enumerate(self.script.rules):
+            row = []
+            for reply_index, reply in enumerate(rule.replies):
+                where = f"rules[{rule_index}].replies[{reply_index}]"
+                if reply.token_ids is not None:
+                    bad = [tok for tok in reply.token_ids if tok >= self.vocab_size]
+                    if bad:
+                        raise ScriptError(
+                            f"{where}.token_ids: ids {bad[:5]} are outside the vocabulary (size {self.vocab_size})"
+                        )
+                    row.append(reply.token_ids)
+                    continue
+                assert reply.text is not None
+                ids = self.tokens.encode_sync(reply.text)
+                wanted = self.script.noncanonical if reply.noncanonical is None else reply.noncanonical
+                if wanted:
+                    if vocab is None:
+                        vocab = self.tokens.tokenizer.get_vocab()
+                    split = noncanonical_ids(self.tokens, reply.text, vocab)
+                    if split is not None:
+                        ids = split
+                    elif reply.noncanonical:
+                        raise ScriptError(
+                            f"{where}: text {reply.text[:40]!r} has no non-canonical tokenization "
+                            "(every token is a single byte or a special token)"
+                        )
+                row.append((*ids, self.eos_token_id))
+            table.append(row)
+        return table
+
+    async def prepare(self, request: GenerationRequest) -> None:
+        text = await self.tokens.decode(request.input_ids, skip_special_tokens=False)
+        try:
+            rule_index, reply_index = self.script.select(text)
+        except ScriptError as exc:
+            raise ProtocolError.value(str(exc)) from None
+        request.backend_state = self.reply_ids[rule_index][reply_index]
+
+    def open(self, request: GenerationRequest) -> Generation:
+        return _ScriptedGeneration(self, request)
+
+    def model_info(self) -> dict[str, Any]:
+        return {
+            "model_path": f"scripted:{self.script.name}",
+            "tokenizer_path": self.tokens.name_or_path,
+            "model_type": None,
+            "architectures": None,
+        }
+
+    def flush_cache(self) -> None:
+        self.prefix_cache.clear()
+
+    def cache_stats(self) -> dict[str, Any]:
+        return self.prefix_cache.stats()
+
+
+class _ScriptedGeneration(Generation):
+    def __init__(self, backend: ScriptedBackend, request: GenerationRequest) -> None:
+        self.backend = backend
+        self.request = request
+        self.reply: tuple[int, ...] = request.backend_state or ()
+        self.position = 0
+        self.key = prompt_key(request.input_ids)
+
+    async def prefill(self) -> PrefillResult:
+        request = self.request
+        max_reuse = request.prompt_tokens - 1
+        if request.wants_input_logprobs:
+            max_reuse = min(max_reuse, request.logprob_start_len)
+        cached, _ = self.backend.prefix_cache.lookup(request.input_ids, max_reuse)
+        result = PrefillResult(cached_tokens=cached)
+        if request.wants_input_logprobs:
+            start = request.logprob_start_len
+            result.input_logprobs = scripted_input_logprobs(request.input_ids, start)
+            positions = range(start, request.prompt_tokens)
+            if request.top_logprobs_num:
+                result.input_top_logprobs = [
+                    None if pos == start else self._top(0, pos, request.input_ids[pos]) for pos in positions
+                ]
+            if request.token_ids_logprob:
+                result.input_token_ids_logprobs = [
+                    None if pos == start else self._ids(0, pos) for pos in positions
+                ]
+        return result
+
+    def _top(self, key: int, position: int, token: int) -> list[tuple[float, int]]:
+        """Synthetic top-k: the emitted token first, then halving probabilities (sum stays below 1)."""
+        first = scripted_logprob(key, position, token)
+        vocab = self.backend.vocab_size
+        return [(first + i * _HALF, (token + i) % vocab) for i in range(self.request.top_logprobs_num)]
+
+    def _ids(self, key: int, position: int) -> list[tuple[float, int]]:
+        return [(scripted_logprob(key, position, tok), tok) for tok in self.request.token_ids_logprob or []]
+
+    async def next_tokens(self, limit: int) -> list[TokenStep]:
+        chunk = self.reply[self.position : self.position + max(1, limit)]
+        start = self.position
+        self.position += len(chunk)
+        request, key = self.request, self.key
+        steps = []
+        for offset, tok in enumerate(chunk):
+            position = start + offset
+            step = TokenStep(token_id=tok, logprob=scripted_logprob(key, position, tok))
+            if request.top_logprobs_num:
+                step.top_logprobs = self._top(key, position, tok)
+            if request.token_ids_logprob:
+                step.token_ids_logprobs = self._ids(key, position)
+            steps.append(step)
+        return steps
+
+    async def close(self, output_ids: list[int]) -> None:
+        # Like SGLang's radix cache: everything that has KV, i.e. all but the last sampled token.
+        sequence = self.request.input_ids + output_ids[:-1]
+        self.backend.prefix_cache.insert(sequence)

@@ -1,0 +1,140 @@
+"""``python -m strands_slime.devserver`` / ``strands-slime serve``: run the dev server until stopped."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+
+URL_LINE_PREFIX = "DEVSERVER_URL="
+"""The line on stdout that carries the bound URL: ``DEVSERVER_URL=http://127.0.0.1:PORT``."""
+
+
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+def build_parser(prog: str = "python -m strands_slime.devserver") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="SGLang-compatible CPU dev server (native /generate protocol) for tests, demos and benchmarks.",
+    )
+    parser.add_argument("--backend", choices=("scripted", "hf"), default="scripted", help="token source")
+    parser.add_argument(
+        "--model", default=None, help="hf: local model directory (default: tiny random Qwen3)"
+    )
+    parser.add_argument(
+        "--model-seed", type=int, default=0, help="hf: weight seed of the tiny Qwen3 (default 0)"
+    )
+    parser.add_argument("--tokenizer", default=None, help="tokenizer directory (default: bundled Qwen3)")
+    parser.add_argument("--script", default=None, help="scripted: script file (.json/.yaml)")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=_non_negative_int, default=30000, help="0 picks a free port")
+    parser.add_argument("--context-length", type=_positive_int, default=None)
+    parser.add_argument("--max-running-requests", type=_positive_int, default=None)
+    parser.add_argument("--max-queued-requests", type=_non_negative_int, default=None)
+    parser.add_argument("--max-total-tokens", type=_positive_int, default=None, help="emulated KV capacity")
+    parser.add_argument("--weight-version", default="default")
+    parser.add_argument(
+        "--latency", type=_non_negative_float, default=0.0, help="seconds before the first token"
+    )
+    parser.add_argument(
+        "--token-latency", type=_non_negative_float, default=0.0, help="seconds per output token"
+    )
+    parser.add_argument(
+        "--seed", type=int, default=None, help="server sampling seed (requests without sampling_seed)"
+    )
+    parser.add_argument("--served-model-name", default=None)
+    parser.add_argument("--prefix-cache-tokens", type=_non_negative_int, default=None)
+    parser.add_argument(
+        "--return-original-logprob",
+        action="store_true",
+        default=None,
+        help="hf: logprobs before temperature (SGLANG_RETURN_ORIGINAL_LOGPROB)",
+    )
+    parser.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"))
+    return parser
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    from strands_slime.devserver.app import DevServer
+
+    server = DevServer(
+        args.backend,
+        host=args.host,
+        port=args.port,
+        script=args.script,
+        model=args.model,
+        tokenizer=args.tokenizer,
+        context_length=args.context_length,
+        max_running_requests=args.max_running_requests,
+        max_queued_requests=args.max_queued_requests,
+        max_total_tokens=args.max_total_tokens,
+        weight_version=args.weight_version,
+        latency=args.latency,
+        token_latency=args.token_latency,
+        seed=args.seed,
+        model_seed=args.model_seed,
+        served_model_name=args.served_model_name,
+        prefix_cache_tokens=args.prefix_cache_tokens,
+        return_original_logprob=args.return_original_logprob,
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signum, stop.set)
+    await server.start()
+    try:
+        print(f"{URL_LINE_PREFIX}{server.url}", flush=True)
+        print(
+            f"strands_slime dev server ({args.backend} backend) listening on {server.url}; Ctrl-C stops it",
+            file=sys.stderr,
+            flush=True,
+        )
+        await stop.wait()
+    finally:
+        await server.stop()
+    return 0
+
+
+def serve_main(argv: Sequence[str] | None = None) -> int:
+    """Parse ``argv`` (default: ``sys.argv[1:]``), serve until SIGINT/SIGTERM, return the exit code."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(None if argv is None else list(argv))
+    except SystemExit as exc:  # --help or a usage error: argparse already printed why
+        return int(exc.code or 0) if isinstance(exc.code, int) else 2
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    from strands_slime.devserver.backends.scripted import ScriptError
+
+    try:
+        return asyncio.run(_serve(args))
+    except KeyboardInterrupt:
+        return 0
+    except (ScriptError, FileNotFoundError, ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2

@@ -1,0 +1,285 @@
+"""Per-request state and SGLang's finishing and response-shaping rules, shared by every backend.
+
+Finish precedence at one token: stop string (or ``stop_regex``), then EOS/``stop_token_ids``, then
+length. ``output_ids`` keep the token that finished the request; the text trims it as the matrix in
+docs/devserver.md says.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import re
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from strands_slime.devserver.backends.base import LogprobPairs, PrefillResult, TokenStep
+from strands_slime.devserver.protocol import SamplingParams
+
+if TYPE_CHECKING:
+    from strands_slime.devserver.tokens import TokenizerWorker
+
+ABORTED_RUNNING = {"type": "abort", "message": "Aborted", "status_code": None, "err_type": None}
+ABORTED_QUEUED = {"type": "abort", "message": "Abort in waiting queue"}
+
+
+@dataclass(eq=False)
+class GenerationRequest:
+    """One prompt being served (a batch or ``n > 1`` request becomes several of these)."""
+
+    rid: str
+    input_ids: list[int]
+    params: SamplingParams
+    max_new_tokens: int
+    stop_token_ids: frozenset[int]
+    return_logprob: bool = False
+    logprob_start_len: int = -1
+    top_logprobs_num: int = 0
+    token_ids_logprob: list[int] | None = None
+    return_text_in_logprobs: bool = False
+    return_prompt_token_ids: bool = False
+    seed: int = 0
+    received_at: float = field(default_factory=time.perf_counter)
+    backend_state: Any = None
+
+    status: str = "new"  # new -> queued -> running -> finished
+    abort_requested: bool = False
+    output_ids: list[int] = field(default_factory=list)
+    output_logprobs: list[float] = field(default_factory=list)
+    output_top_logprobs: list[LogprobPairs | None] = field(default_factory=list)
+    output_token_ids_logprobs: list[LogprobPairs | None] = field(default_factory=list)
+    prefill: PrefillResult | None = None
+    finish_reason: dict[str, Any] | None = None
+    matched_regex: bool = False
+    future: asyncio.Future[dict[str, Any]] | None = None
+    progress: asyncio.Event | None = None
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def prompt_tokens(self) -> int:
+        return len(self.input_ids)
+
+    @property
+    def wants_input_logprobs(self) -> bool:
+        return self.return_logprob and self.logprob_start_len >= 0
+
+    def accept(self, steps: list[TokenStep]) -> None:
+        for step in steps:
+            self.output_ids.append(step.token_id)
+            self.output_logprobs.append(step.logprob)
+            if self.top_logprobs_num:
+                self.output_top_logprobs.append(step.top_logprobs)
+            if self.token_ids_logprob:
+                self.output_token_ids_logprobs.append(step.token_ids_logprobs)
+
+
+def scan_token_ids(request: GenerationRequest, steps: list[TokenStep]) -> tuple[int, dict[str, Any] | None]:
+    """How many of ``steps`` to accept, and the id/length finish they hit (strings checked after)."""
+    done = len(request.output_ids)
+    stop_ids = request.stop_token_ids
+    for index, step in enumerate(steps):
+        if step.token_id in stop_ids:
+            return index + 1, {"type": "stop", "matched": step.token_id}
+        if done + index + 1 >= request.max_new_tokens:
+            return index + 1, {"type": "length", "length": request.max_new_tokens}
+    return len(steps), None
+
+
+def scan_stop_text_sync(
+    tokens: TokenizerWorker, request: GenerationRequest, new_ids: list[int]
+) -> tuple[int, str, bool] | None:
+    """First of ``new_ids`` whose arrival completes a stop string or ``stop_regex`` match.
+
+    Returns (tokens to accept, matched string or pattern, is_regex). Runs on the tokenizer thread.
+    """
+    stops = request.params.stop
+    patterns = request.params.stop_regex
+    previous = request.output_ids
+    done = len(previous)
+    all_ids = previous + new_ids
+    if stops:
+        # A stop string spans at most 4 bytes per character, each token holds at least one byte.
+        window = 4 * max(len(stop) for stop in stops) + 2
+        tail = tokens.decode_sync(all_ids[max(0, done - window) :])
+        if any(stop in tail for stop in stops):
+            for end in range(done + 1, len(all_ids) + 1):
+                text = tokens.decode_sync(all_ids[max(0, end - window) : end])
+                for stop in stops:
+                    if stop in text:
+                        return end - done, stop, False
+    if patterns:
+        compiled = [re.compile(pattern) for pattern in patterns]
+        for end in range(done + 1, len(all_ids) + 1):
+            text = tokens.decode_sync(all_ids[:end])
+            for pattern, regex in zip(patterns, compiled, strict=True):
+                if regex.search(text):
+                    return end - done, pattern, True
+    return None
+
+
+async def find_finish(
+    tokens: TokenizerWorker, request: GenerationRequest, steps: list[TokenStep]
+) -> tuple[int, dict[str, Any] | None]:
+    """Accepted count and finish reason for a new batch of steps, with SGLang's precedence."""
+    accepted, finish = scan_token_ids(request, steps)
+    if request.params.stop or request.params.stop_regex:
+        new_ids = [step.token_id for step in steps[:accepted]]
+        hit = await tokens.run(scan_stop_text_sync, tokens, request, new_ids)
+        if hit is not None:
+            count, matched, is_regex = hit
+            request.matched_regex = is_regex
+            return count, {"type": "stop", "matched": matched}
+    return accepted, finish
+
+
+def _finite(value: float | None) -> float | None:
+    if value is None or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _text_cut(text: str, request: GenerationRequest) -> str:
+    finish = request.finish_reason or {}
+    matched = finish.get("matched")
+    if finish.get("type") != "stop" or not isinstance(matched, str):
+        return text
+    keep = request.params.no_stop_trim
+    if request.matched_regex:
+        found = re.search(matched, text)
+        if found is None:
+            return text
+        return text[: found.end()] if keep else text[: found.start()]
+    position = text.find(matched)
+    if position == -1:
+        return text
+    return text[: position + len(matched)] if keep else text[:position]
+
+
+class OutputRenderer:
+    """Builds SGLang's response bodies; decoding runs on the tokenizer thread."""
+
+    def __init__(self, tokens: TokenizerWorker) -> None:
+        self.tokens = tokens
+
+    def _text_sync(self, request: GenerationRequest, final: bool) -> str:
+        ids = request.output_ids
+        finish = request.finish_reason or {}
+        if (
+            final
+            and finish.get("type") == "stop"
+            and isinstance(finish.get("matched"), int)
+            and not request.params.no_stop_trim
+        ):
+            ids = ids[:-1]
+        text = self.tokens.decode_sync(
+            ids,
+            skip_special_tokens=request.params.skip_special_tokens,
+            spaces_between_special_tokens=request.params.spaces_between_special_tokens,
+        )
+        if final:
+            return _text_cut(text, request)
+        return text.rstrip("\ufffd")  # hold back an incomplete UTF-8 character while streaming
+
+    def _entries(
+        self, values: list[float | None], ids: list[int], texts: dict[int, str] | None
+    ) -> list[list[Any]]:
+        if texts is None:
+            return [[_finite(value), tok, None] for value, tok in zip(values, ids, strict=True)]
+        return [[_finite(value), tok, texts[tok]] for value, tok in zip(values, ids, strict=True)]
+
+    def _pair_entries(
+        self, rows: list[LogprobPairs | None], texts: dict[int, str] | None
+    ) -> list[list[list[Any]] | None]:
+        rendered: list[list[list[Any]] | None] = []
+        for row in rows:
+            if row is None:
+                rendered.append(None)
+                continue
+            rendered.append(
+                [[_finite(value), tok, texts[tok] if texts is not None else None] for value, tok in row]
+            )
+        return rendered
+
+    def _render_sync(self, request: GenerationRequest, *, final: bool, weight_version: str) -> dict[str, Any]:
+        text = self._text_sync(request, final)
+        prefill = request.prefill or PrefillResult(cached_tokens=0)
+        completion = len(request.output_ids)
+        meta: dict[str, Any] = {
+            "id": request.rid,
+            "finish_reason": request.finish_reason if final else None,
+            "prompt_tokens": request.prompt_tokens,
+            "weight_version": weight_version,
+            "num_retractions": 0,
+        }
+        if request.return_logprob:
+            texts: dict[int, str] | None = None
+            input_ids = request.input_ids[request.logprob_start_len :] if request.wants_input_logprobs else []
+            if request.return_text_in_logprobs:
+                wanted: set[int] = set(request.output_ids) | set(input_ids)
+                for rows in (
+                    request.output_top_logprobs,
+                    prefill.input_top_logprobs or [],
+                    request.output_token_ids_logprobs,
+                    prefill.input_token_ids_logprobs or [],
+                ):
+                    for row in rows:
+                        wanted.update(tok for _, tok in row or [])
+                ordered = sorted(wanted)
+                texts = dict(zip(ordered, self.tokens.token_texts_sync(ordered), strict=True))
+            input_values = prefill.input_logprobs if request.wants_input_logprobs else []
+            meta["input_token_logprobs"] = self._entries(input_values, input_ids, texts)
+            meta["output_token_logprobs"] = self._entries(
+                list(request.output_logprobs), request.output_ids, texts
+            )
+            if request.top_logprobs_num:
+                meta["input_top_logprobs"] = self._pair_entries(
+                    prefill.input_top_logprobs or [] if request.wants_input_logprobs else [], texts
+                )
+                meta["output_top_logprobs"] = self._pair_entries(request.output_top_logprobs, texts)
+            if request.token_ids_logprob:
+                meta["input_token_ids_logprobs"] = self._pair_entries(
+                    prefill.input_token_ids_logprobs or [] if request.wants_input_logprobs else [], texts
+                )
+                meta["output_token_ids_logprobs"] = self._pair_entries(
+                    request.output_token_ids_logprobs, texts
+                )
+            meta["output_token_logprobs_length"] = completion
+        meta["reasoning_tokens"] = 0
+        meta["completion_tokens"] = completion
+        meta["cached_tokens"] = prefill.cached_tokens
+        if final:
+            meta["weight_versions"] = [{"version": weight_version, "start": 0, "end": completion}]
+        meta["cached_tokens_details"] = (
+            {"device": prefill.cached_tokens, "host": 0} if prefill.cached_tokens else None
+        )
+        meta["dp_rank"] = None
+        if final:
+            meta["e2e_latency"] = time.perf_counter() - request.received_at
+        meta["response_sent_to_client_ts"] = time.time()
+        body: dict[str, Any] = {"text": text, "output_ids": list(request.output_ids), "meta_info": meta}
+        if request.return_prompt_token_ids:
+            body["prompt_token_ids"] = list(request.input_ids)
+        return body
+
+    async def render(
+        self, request: GenerationRequest, *, weight_version: str, final: bool = True
+    ) -> dict[str, Any]:
+        return await self.tokens.run(self._render_sync, request, final=final, weight_version=weight_version)
+
+
+def render_queued_abort(request: GenerationRequest, weight_version: str) -> dict[str, Any]:
+    """The reply for a request aborted before it ran: no prompt_tokens/cached_tokens keys."""
+    meta: dict[str, Any] = {
+        "id": request.rid,
+        "finish_reason": dict(ABORTED_QUEUED),
+        "weight_version": weight_version,
+        "e2e_latency": time.perf_counter() - request.received_at,
+        "weight_versions": [{"version": weight_version, "start": 0, "end": 0}],
+    }
+    if request.return_logprob:
+        meta["input_token_logprobs"] = []
+        meta["output_token_logprobs"] = []
+    meta["completion_tokens"] = 0
+    meta["response_sent_to_client_ts"] = time.time()
+    return {"text": "", "output_ids": [], "meta_info": meta}

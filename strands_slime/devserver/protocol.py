@@ -1,0 +1,504 @@
+"""SGLang's ``/generate`` request validation and error bodies (see docs/devserver.md).
+
+Validation runs in SGLang's order, each stage with its own error body: E1 pydantic parsing of the
+top-level fields, E2 the schema contract for ``sampling_params`` (unknown keys and wrong JSON types
+rejected with serde-style messages), E3 ``ValueError`` checks (ranges, lengths, batch shapes).
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+TOP_K_ALL = 1 << 30
+"""SGLang's default ``top_k``: the whole vocabulary."""
+GREEDY_TEMPERATURE = 1e-6
+MAX_STOP_STRINGS = 32
+
+
+class ProtocolError(Exception):
+    """An HTTP error reply with SGLang's status and body for it."""
+
+    def __init__(self, status: int, body: Any, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = body
+        self.message = message
+
+    @classmethod
+    def pydantic(cls, message: str) -> ProtocolError:
+        """E1: request body did not parse into ``GenerateReqInput``."""
+        body = {"object": "error", "message": message, "type": "Bad Request", "param": None, "code": 400}
+        return cls(400, body, message)
+
+    @classmethod
+    def contract(cls, message: str) -> ProtocolError:
+        """E2: the schema contract rejected ``sampling_params``."""
+        return cls(400, {"error": message}, message)
+
+    @classmethod
+    def value(cls, message: str, status: int = 400) -> ProtocolError:
+        """E3: a ``ValueError`` in request handling, or a scheduler abort carrying status 400."""
+        return cls(status, {"error": {"message": message}}, message)
+
+    @classmethod
+    def http(cls, message: str, status: int = 503) -> ProtocolError:
+        """E4: an ``HTTPException``, e.g. a scheduler abort carrying status 503."""
+        body = {"object": "error", "message": message, "type": str(status), "param": None, "code": status}
+        return cls(status, body, message)
+
+    @classmethod
+    def for_status(cls, status: int, message: str) -> ProtocolError:
+        """The body SGLang uses for ``status``: E3 for 400, E4 for everything else."""
+        return cls.value(message, status) if status == 400 else cls.http(message, status)
+
+
+# --------------------------------------------------------------------------- E2: sampling_params
+
+# Field name -> JSON type expected by the contract, in the order SGLang lists them.
+SAMPLING_PARAM_TYPES: dict[str, str] = {
+    "max_new_tokens": "i64",
+    "stop": "str_or_strs",
+    "stop_token_ids": "i64_list",
+    "stop_regex": "str_or_strs",
+    "temperature": "f64",
+    "top_p": "f64",
+    "top_k": "i64",
+    "min_p": "f64",
+    "frequency_penalty": "f64",
+    "presence_penalty": "f64",
+    "min_new_tokens": "i64",
+    "repetition_penalty": "f64",
+    "n": "i64",
+    "json_schema": "str",
+    "regex": "str",
+    "ebnf": "str",
+    "structural_tag": "str",
+    "ignore_eos": "bool",
+    "skip_special_tokens": "bool",
+    "spaces_between_special_tokens": "bool",
+    "no_stop_trim": "bool",
+    "logit_bias": "f64_map",
+    "sampling_seed": "i64",
+    "custom_params": "any",
+    "stream_interval": "i64",
+    "beam_width": "i64",
+    "watermark": "any",
+}
+
+_EXPECTED = {
+    "i64": "i64",
+    "f64": "f64",
+    "bool": "a boolean",
+    "str": "a string",
+    "i64_list": "a sequence",
+    "f64_map": "a map",
+    "str_or_strs": "a string or a sequence of strings",
+}
+
+
+def _serde_unexpected(value: Any) -> str:
+    """How serde names a JSON value it did not expect."""
+    if isinstance(value, bool):
+        return f"boolean `{'true' if value else 'false'}`"
+    if isinstance(value, int):
+        return f"integer `{value}`"
+    if isinstance(value, float):
+        return f"floating point `{repr(value).replace('e+', 'e')}`"
+    if isinstance(value, str):
+        escaped = value.replace("\\", "\\\\").replace('"', '\\"')
+        return f'string "{escaped}"'
+    if isinstance(value, list):
+        return "sequence"
+    if isinstance(value, dict):
+        return "map"
+    return "unit value"
+
+
+def _type_error(value: Any, expected: str) -> ProtocolError:
+    return ProtocolError.contract(f"invalid type: {_serde_unexpected(value)}, expected {_EXPECTED[expected]}")
+
+
+def _check_type(value: Any, kind: str) -> None:
+    is_int = isinstance(value, int) and not isinstance(value, bool)
+    if kind == "i64":
+        if not is_int:
+            raise _type_error(value, kind)
+    elif kind == "f64":
+        if not (is_int or isinstance(value, float)):
+            raise _type_error(value, kind)
+    elif kind == "bool":
+        if not isinstance(value, bool):
+            raise _type_error(value, kind)
+    elif kind == "str":
+        if not isinstance(value, str):
+            raise _type_error(value, kind)
+    elif kind == "i64_list":
+        if not isinstance(value, list):
+            raise _type_error(value, kind)
+        for item in value:
+            _check_type(item, "i64")
+    elif kind == "f64_map":
+        if not isinstance(value, dict):
+            raise _type_error(value, kind)
+        for item in value.values():
+            _check_type(item, "f64")
+    elif kind == "str_or_strs":
+        if isinstance(value, str):
+            return
+        if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+            raise _type_error(value, kind)
+
+
+def _as_list(value: str | list[str] | None) -> list[str]:
+    if value is None:
+        return []
+    return [value] if isinstance(value, str) else list(value)
+
+
+@dataclass(slots=True)
+class SamplingParams:
+    """``sampling_params`` with SGLang's defaults; ``None``/absent keys take the default."""
+
+    max_new_tokens: int = 128
+    max_new_tokens_sent: bool = False
+    stop: list[str] = field(default_factory=list)
+    stop_token_ids: list[int] = field(default_factory=list)
+    stop_regex: list[str] = field(default_factory=list)
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = TOP_K_ALL
+    min_p: float = 0.0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    min_new_tokens: int = 0
+    repetition_penalty: float = 1.0
+    n: int = 1
+    json_schema: str | None = None
+    regex: str | None = None
+    ebnf: str | None = None
+    structural_tag: str | None = None
+    ignore_eos: bool = False
+    skip_special_tokens: bool = True
+    spaces_between_special_tokens: bool = True
+    no_stop_trim: bool = False
+    logit_bias: dict[str, float] = field(default_factory=dict)
+    sampling_seed: int | None = None
+    custom_params: Any = None
+    stream_interval: int | None = None
+    beam_width: int | None = None
+    watermark: Any = None
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any] | None) -> SamplingParams:
+        """Apply the E2 contract: unknown keys and wrongly typed values are rejected."""
+        params = cls()
+        for key, value in (obj or {}).items():
+            kind = SAMPLING_PARAM_TYPES.get(key)
+            if kind is None:
+                expected = ", ".join(f"`{name}`" for name in SAMPLING_PARAM_TYPES)
+                raise ProtocolError.contract(f"unknown field `{key}`, expected one of {expected}")
+            if value is None:
+                continue
+            _check_type(value, kind)
+            if key in ("stop", "stop_regex"):
+                value = _as_list(value)
+            elif key == "max_new_tokens":
+                params.max_new_tokens_sent = True
+            setattr(params, key, value)
+        return params
+
+    def verify(self, vocab_size: int) -> None:
+        """SGLang's ``SamplingParams.verify``: range checks, raised as E3."""
+        if not math.isfinite(self.temperature) or self.temperature < 0:
+            raise ProtocolError.value(
+                f"temperature must be a non-negative finite number, got {self.temperature}."
+            )
+        if not 0 < self.top_p <= 1:
+            raise ProtocolError.value(f"top_p must be in (0, 1], got {self.top_p}.")
+        if not 0 <= self.min_p <= 1:
+            raise ProtocolError.value(f"min_p must be in [0, 1], got {self.min_p}.")
+        if self.top_k < 1 and self.top_k != -1:
+            raise ProtocolError.value(f"top_k must be -1 (disable) or at least 1, got {self.top_k}.")
+        if not -2 <= self.frequency_penalty <= 2:
+            raise ProtocolError.value(f"frequency_penalty must be in [-2, 2], got {self.frequency_penalty}.")
+        if not -2 <= self.presence_penalty <= 2:
+            raise ProtocolError.value(f"presence_penalty must be in [-2, 2], got {self.presence_penalty}.")
+        if not 0 <= self.repetition_penalty <= 2:
+            raise ProtocolError.value(f"repetition_penalty must be in [0, 2], got {self.repetition_penalty}.")
+        if self.max_new_tokens < 0:
+            raise ProtocolError.value(f"max_new_tokens must be at least 0, got {self.max_new_tokens}.")
+        if not 0 <= self.min_new_tokens <= self.max_new_tokens:
+            raise ProtocolError.value(
+                f"min_new_tokens must be in [0, max_new_tokens], got {self.min_new_tokens}."
+            )
+        grammars = [self.json_schema, self.regex, self.ebnf, self.structural_tag]
+        if sum(grammar is not None for grammar in grammars) > 1:
+            raise ProtocolError.value("Only one of json_schema, regex, ebnf, or structural_tag can be set.")
+        if self.n < 1:
+            raise ProtocolError.value(f"n must be at least 1, got {self.n}.")
+        if len(self.stop) > MAX_STOP_STRINGS:
+            raise ProtocolError.value(
+                f"stop must have at most {MAX_STOP_STRINGS} strings, got {len(self.stop)}."
+            )
+        for key in self.logit_bias:
+            try:
+                token = int(key)
+            except ValueError:
+                raise ProtocolError.value(f"logit_bias keys must be token ids, got {key!r}.") from None
+            if not 0 <= token < vocab_size:
+                raise ProtocolError.value(f"logit_bias must has keys in [0, {vocab_size}), got {token}.")
+        # Checked by the dev server, not by SGLang: features it does not emulate fail loudly.
+        for name, grammar in zip(("json_schema", "regex", "ebnf", "structural_tag"), grammars, strict=True):
+            if grammar is not None:
+                raise ProtocolError.value(
+                    f"The dev server does not implement constrained decoding ({name}); use a real SGLang server."
+                )
+        if self.beam_width is not None and self.beam_width > 1:
+            raise ProtocolError.value("The dev server does not implement beam search (beam_width > 1).")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature < GREEDY_TEMPERATURE
+
+    @property
+    def effective_top_k(self) -> int:
+        return TOP_K_ALL if self.top_k == -1 else self.top_k
+
+
+# --------------------------------------------------------------------------- E1: top-level fields
+
+
+class GenerateReqInput(BaseModel):
+    """The top-level fields of ``/generate``; unknown keys are ignored like SGLang does."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    text: str | list[str] | None = None
+    input_ids: list[int] | list[list[int]] | None = None
+    input_embeds: Any = None
+    sampling_params: dict[str, Any] | list[dict[str, Any]] | None = None
+    rid: str | list[str] | None = None
+    return_logprob: bool | list[bool] | None = None
+    logprob_start_len: int | list[int] | None = None
+    top_logprobs_num: int | list[int] | None = None
+    token_ids_logprob: list[int] | list[list[int]] | None = None
+    return_text_in_logprobs: bool = False
+    stream: bool = False
+    return_prompt_token_ids: bool = False
+    return_hidden_states: bool | list[bool] = False
+    return_routed_experts: bool = False
+    routed_experts_start_len: int = 0
+
+
+def _pydantic_message(exc: ValidationError) -> str:
+    parts = []
+    for error in exc.errors(include_url=False):
+        location = ".".join(str(part) for part in error.get("loc", ())) or "body"
+        parts.append(f"{location}: {error.get('msg')}")
+    count = len(parts)
+    return f"{count} validation error{'s' if count != 1 else ''} for GenerateReqInput: " + "; ".join(parts)
+
+
+@dataclass(slots=True)
+class PromptSpec:
+    """One prompt of a (possibly batched) request, before tokenization."""
+
+    index: int
+    rid: str | None
+    text: str | None
+    input_ids: list[int] | None
+    params: SamplingParams
+    return_logprob: bool
+    logprob_start_len: int
+    top_logprobs_num: int
+    token_ids_logprob: list[int] | None
+
+
+@dataclass(slots=True)
+class ParsedGenerate:
+    """A validated ``/generate`` body: one spec per prompt, plus the request-wide flags."""
+
+    prompts: list[PromptSpec]
+    is_batch: bool
+    n: int
+    stream: bool
+    return_text_in_logprobs: bool
+    return_prompt_token_ids: bool
+    return_routed_experts: bool
+    routed_experts_start_len: int
+
+    @property
+    def returns_list(self) -> bool:
+        return self.is_batch or self.n > 1
+
+
+def _per_item(value: Any, size: int, name: str, *, list_means_batch: bool = True) -> list[Any]:
+    """Broadcast a scalar request field over the batch, or check a per-item list's length."""
+    if isinstance(value, list) and list_means_batch:
+        if len(value) != size:
+            raise ProtocolError.value(
+                f"The length of {name} ({len(value)}) does not match the batch size ({size})."
+            )
+        return list(value)
+    return [value] * size
+
+
+def parse_generate(body: Any) -> ParsedGenerate:
+    """Validate a decoded JSON body in SGLang's order (E1, then E2, then E3 shape checks)."""
+    try:
+        req = GenerateReqInput.model_validate(body)
+    except ValidationError as exc:
+        raise ProtocolError.pydantic(_pydantic_message(exc)) from None
+
+    raw_params = req.sampling_params
+    if isinstance(raw_params, list):
+        params_list = [SamplingParams.from_json(item) for item in raw_params]
+    else:
+        params_list = [SamplingParams.from_json(raw_params)]
+
+    if req.input_embeds is not None:
+        raise ProtocolError.value("The dev server does not accept input_embeds; send text or input_ids.")
+    if (req.text is None) == (req.input_ids is None):
+        raise ProtocolError.value("Either text, input_ids or input_embeds should be provided.")
+
+    if req.text is not None:
+        is_batch = isinstance(req.text, list)
+        texts: list[str | None] = list(req.text) if isinstance(req.text, list) else [req.text]
+        id_lists: list[list[int] | None] = [None] * len(texts)
+    else:
+        assert req.input_ids is not None
+        if not req.input_ids:
+            raise ProtocolError.value("input_ids cannot be empty.")
+        is_batch = isinstance(req.input_ids[0], list)
+        id_lists = list(req.input_ids) if is_batch else [req.input_ids]  # type: ignore[list-item]
+        texts = [None] * len(id_lists)
+        if any(not ids for ids in id_lists):
+            raise ProtocolError.value("input_ids cannot be empty.")
+    size = len(texts)
+    if size == 0:
+        raise ProtocolError.value("The batch is empty: text must hold at least one prompt.")
+
+    if isinstance(raw_params, list):
+        if len(params_list) != size:
+            raise ProtocolError.value(
+                f"The length of sampling_params ({len(params_list)}) does not match the batch size ({size})."
+            )
+    else:  # one dict for the whole batch: independent copies so no prompt aliases another's
+        params_list += [SamplingParams.from_json(raw_params) for _ in range(size - 1)]
+    n = params_list[0].n
+    if any(params.n != n for params in params_list):
+        raise ProtocolError.value(
+            "The parallel_sample_num should be the same for all samples in sample params."
+        )
+    if n > 1:
+        for name in ("return_logprob", "logprob_start_len", "top_logprobs_num"):
+            if isinstance(getattr(req, name), list):
+                raise ProtocolError.value(f"{name} cannot be a list when n > 1 (parallel sampling).")
+        if req.token_ids_logprob and isinstance(req.token_ids_logprob[0], list):
+            raise ProtocolError.value("token_ids_logprob cannot be a list of lists when n > 1.")
+
+    if isinstance(req.rid, list):
+        if not is_batch:
+            raise ProtocolError.value("The rid should be a string for a single request.")
+        rids: list[str | None] = _per_item(req.rid, size, "rid")
+    elif req.rid is not None and is_batch:
+        rids = [f"{req.rid}_{i}" for i in range(size)]
+    else:
+        rids = [req.rid] * size
+
+    return_logprob = _per_item(req.return_logprob, size, "return_logprob")
+    start_len = _per_item(req.logprob_start_len, size, "logprob_start_len")
+    top_num = _per_item(req.top_logprobs_num, size, "top_logprobs_num")
+    ids_logprob_value = req.token_ids_logprob
+    if ids_logprob_value and isinstance(ids_logprob_value[0], list):
+        ids_logprob = _per_item(ids_logprob_value, size, "token_ids_logprob")
+    else:
+        ids_logprob = [ids_logprob_value] * size
+
+    prompts = []
+    for i in range(size):
+        start = -1 if start_len[i] is None else int(start_len[i])
+        if start < -1:
+            raise ProtocolError.value(f"logprob_start_len must be -1 or at least 0, got {start}.")
+        top = 0 if top_num[i] is None else int(top_num[i])
+        if top < 0:
+            raise ProtocolError.value(f"top_logprobs_num must be at least 0, got {top}.")
+        prompts.append(
+            PromptSpec(
+                index=i,
+                rid=rids[i],
+                text=texts[i],
+                input_ids=id_lists[i],
+                params=params_list[i],
+                return_logprob=bool(return_logprob[i]),
+                logprob_start_len=start,
+                top_logprobs_num=top,
+                token_ids_logprob=list(ids_logprob[i]) if ids_logprob[i] else None,
+            )
+        )
+    return ParsedGenerate(
+        prompts=prompts,
+        is_batch=is_batch,
+        n=n,
+        stream=req.stream,
+        return_text_in_logprobs=req.return_text_in_logprobs,
+        return_prompt_token_ids=req.return_prompt_token_ids,
+        return_routed_experts=req.return_routed_experts,
+        routed_experts_start_len=req.routed_experts_start_len,
+    )
+
+
+def new_rid() -> str:
+    return uuid.uuid4().hex
+
+
+# --------------------------------------------------------------------------- context limits
+
+
+@dataclass(frozen=True, slots=True)
+class ContextLimits:
+    """SGLang's length limits for a context length C and a KV capacity."""
+
+    context_length: int
+    max_total_tokens: int
+
+    @property
+    def max_req_len(self) -> int:
+        return min(self.context_length - 1, self.max_total_tokens - 1)
+
+    @property
+    def max_req_input_len(self) -> int:
+        return self.max_req_len - 5
+
+    def check_tokenizer_stage(self, prompt_tokens: int, params: SamplingParams) -> None:
+        """The ``TokenizerManager`` checks (N >= C, then N + M > C when M was sent)."""
+        n, c = prompt_tokens, self.context_length
+        if n >= c:
+            raise ProtocolError.value(
+                f"The input ({n} tokens) is longer than the model's context length ({c} tokens)."
+            )
+        if params.max_new_tokens_sent and n + params.max_new_tokens > c:
+            m = params.max_new_tokens
+            raise ProtocolError.value(
+                f"Requested token count exceeds the model's maximum context length of {c} tokens. "
+                f"You requested a total of {n + m} tokens: {n} tokens from the input messages and "
+                f"{m} tokens for the completion. Please reduce the number of tokens in the input "
+                "messages or the completion to fit within the limit."
+            )
+
+    def check_scheduler_stage(self, prompt_tokens: int) -> None:
+        limit = self.max_req_input_len
+        if prompt_tokens >= limit:
+            raise ProtocolError.value(
+                f"Input length ({prompt_tokens} tokens) exceeds the maximum allowed length ({limit} tokens). "
+                "Use a shorter input or enable --allow-auto-truncate."
+            )
+
+    def clip_max_new_tokens(self, prompt_tokens: int, max_new_tokens: int) -> int:
+        """SGLang silently clips the budget to what fits; ``finish_reason.length`` shows the result."""
+        return max(0, min(max_new_tokens, self.max_req_len - prompt_tokens - 1))

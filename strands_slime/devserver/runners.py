@@ -1,0 +1,236 @@
+"""Running the dev server for synchronous callers: in a background thread, or as a subprocess."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from strands_slime.devserver.app import DevServer
+from strands_slime.devserver.cli import URL_LINE_PREFIX
+
+T = TypeVar("T")
+
+
+class DevServerThread:
+    """A :class:`DevServer` on its own event loop in a daemon thread: ``with DevServerThread(...) as s``.
+
+    Takes the same arguments as :class:`DevServer`. Test hooks are forwarded thread-safely.
+    """
+
+    def __init__(self, backend: Any = "scripted", *, start_timeout: float = 120.0, **options: Any) -> None:
+        self._backend = backend
+        self._options = options
+        self._start_timeout = start_timeout
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self.server: DevServer | None = None
+        self.url = ""
+
+    def start(self) -> DevServerThread:
+        if self._thread is not None:
+            raise RuntimeError("this DevServerThread is already started")
+        started: concurrent.futures.Future[DevServer] = concurrent.futures.Future()
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+
+        def main() -> None:
+            asyncio.set_event_loop(loop)
+            server = DevServer(self._backend, **self._options)
+            try:
+                loop.run_until_complete(server.start())
+            except BaseException as exc:
+                started.set_exception(exc)
+                loop.close()
+                return
+            started.set_result(server)
+            try:
+                loop.run_forever()
+            finally:
+                loop.run_until_complete(server.stop())
+                loop.run_until_complete(loop.shutdown_asyncgens())
+                loop.close()
+
+        self._thread = threading.Thread(target=main, name="devserver", daemon=True)
+        self._thread.start()
+        self.server = started.result(timeout=self._start_timeout)
+        self.url = self.server.url
+        return self
+
+    def call(self, fn: Callable[[], T]) -> T:
+        """Run ``fn`` on the server's loop and return its result."""
+        assert self._loop is not None
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+        def run() -> None:
+            try:
+                future.set_result(fn())
+            except BaseException as exc:
+                future.set_exception(exc)
+
+        self._loop.call_soon_threadsafe(run)
+        return future.result(timeout=30)
+
+    @property
+    def request_log(self) -> list[dict[str, Any]]:
+        assert self.server is not None
+        server = self.server
+        return self.call(lambda: server.request_log)
+
+    def clear_request_log(self) -> None:
+        assert self.server is not None
+        self.call(self.server.clear_request_log)
+
+    def inject_fault(self, **spec: Any) -> None:
+        assert self.server is not None
+        server = self.server
+        self.call(lambda: server.inject_fault(**spec))
+
+    def stop(self) -> None:
+        if self._loop is None or self._thread is None:
+            return
+        if self._loop.is_running():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=30)
+        self._thread = None
+
+    def __enter__(self) -> DevServerThread:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class DevServerProcess:
+    """``python -m strands_slime.devserver ARGS --port 0`` as a child process: ``with DevServerProcess([...])``.
+
+    Waits for the URL line and a healthy ``/health``; kills the process on exit.
+    """
+
+    def __init__(
+        self,
+        args: Sequence[str] = (),
+        *,
+        start_timeout: float = 60.0,
+        env: dict[str, str] | None = None,
+        python: str | None = None,
+    ) -> None:
+        self.args = list(args)
+        if "--port" not in self.args and not any(arg.startswith("--port=") for arg in self.args):
+            self.args += ["--port", "0"]
+        self.start_timeout = start_timeout
+        self.env = env
+        self.python = python or sys.executable
+        self.process: subprocess.Popen[str] | None = None
+        self.url = ""
+        self._stderr_tail: list[str] = []
+        self._pumps: list[threading.Thread] = []
+
+    def start(self) -> DevServerProcess:
+        if self.process is not None:
+            raise RuntimeError("this DevServerProcess is already started")
+        env = dict(os.environ if self.env is None else self.env)
+        env.setdefault("HF_HUB_OFFLINE", "1")
+        env.setdefault("TRANSFORMERS_OFFLINE", "1")
+        env.setdefault("TOKENIZERS_PARALLELISM", "false")
+        env["PYTHONUNBUFFERED"] = "1"
+        self.process = subprocess.Popen(
+            [self.python, "-m", "strands_slime.devserver", *self.args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        lines: queue.Queue[str | None] = queue.Queue()
+
+        def pump(stream: Any, keep: bool) -> None:
+            for line in stream:
+                if keep:
+                    lines.put(line)
+                else:
+                    self._stderr_tail = (self._stderr_tail + [line])[-50:]
+            if keep:
+                lines.put(None)
+
+        self._pumps = [
+            threading.Thread(target=pump, args=(self.process.stdout, True), daemon=True),
+            threading.Thread(target=pump, args=(self.process.stderr, False), daemon=True),
+        ]
+        for thread in self._pumps:
+            thread.start()
+        deadline = time.monotonic() + self.start_timeout
+        try:
+            while not self.url:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError(f"the dev server did not print its URL within {self.start_timeout} s")
+                try:
+                    line = lines.get(timeout=remaining)
+                except queue.Empty:
+                    continue
+                if line is None:
+                    self.process.wait(timeout=5)
+                    raise RuntimeError(
+                        f"the dev server exited with code {self.process.returncode}: {''.join(self._stderr_tail)}"
+                    )
+                if line.startswith(URL_LINE_PREFIX):
+                    self.url = line[len(URL_LINE_PREFIX) :].strip()
+            self._wait_healthy(deadline)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _wait_healthy(self, deadline: float) -> None:
+        while True:
+            try:
+                with urllib.request.urlopen(f"{self.url}/health", timeout=2) as response:
+                    if response.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the dev server at {self.url} did not become healthy")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        process, self.process = self.process, None
+        if process is None:
+            return
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=10)
+        for thread in self._pumps:  # they stop at EOF now that the process is gone
+            thread.join(timeout=5)
+        for stream in (process.stdout, process.stderr):
+            if stream is not None:
+                stream.close()
+
+    @property
+    def stderr_tail(self) -> str:
+        return "".join(self._stderr_tail)
+
+    def __enter__(self) -> DevServerProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    async def __aenter__(self) -> DevServerProcess:
+        return await asyncio.to_thread(self.start)
+
+    async def __aexit__(self, *exc: object) -> None:
+        await asyncio.to_thread(self.stop)

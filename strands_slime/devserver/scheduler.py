@@ -1,0 +1,278 @@
+"""One scheduler for every backend: bounded running set, FIFO waiting queue, SGLang's abort rules.
+
+At most ``max_running_requests`` generate at once; the rest wait in order. A full waiting queue is
+SGLang's 503 "The request queue is full.". Aborting a queued request answers it at once with the
+queued shape; aborting a running one lets it take one more decode step and then answers with its
+partial output and ``finish_reason`` abort.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from strands_slime.devserver.backends.base import Backend, Generation
+from strands_slime.devserver.engine import (
+    ABORTED_RUNNING,
+    GenerationRequest,
+    OutputRenderer,
+    find_finish,
+    render_queued_abort,
+)
+from strands_slime.devserver.protocol import ProtocolError
+
+logger = logging.getLogger(__name__)
+
+_THROUGHPUT_WINDOW_S = 5.0
+
+
+class Scheduler:
+    """Admits, runs, queues and aborts generation requests on one event loop."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        max_running_requests: int,
+        max_queued_requests: int | None,
+        weight_version: Callable[[], str],
+        latency: float = 0.0,
+        token_latency: float = 0.0,
+    ) -> None:
+        if max_running_requests < 1:
+            raise ValueError(f"max_running_requests must be >= 1, got {max_running_requests}")
+        if max_queued_requests is not None and max_queued_requests < 0:
+            raise ValueError(f"max_queued_requests must be >= 0, got {max_queued_requests}")
+        if latency < 0 or token_latency < 0:
+            raise ValueError("latency and token_latency must be >= 0")
+        self.backend = backend
+        self.renderer = OutputRenderer(backend.tokens)
+        self.max_running_requests = max_running_requests
+        self.max_queued_requests = max_queued_requests
+        self.latency = latency
+        self.token_latency = token_latency
+        self._weight_version = weight_version
+        self.live: dict[str, GenerationRequest] = {}
+        self._waiting: collections.OrderedDict[GenerationRequest, None] = collections.OrderedDict()
+        self._running: set[GenerationRequest] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._resume = asyncio.Event()
+        self._resume.set()
+        self._generated: collections.deque[tuple[float, int]] = collections.deque()
+        self.total_generated_tokens = 0
+        self.total_requests = 0
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def num_running(self) -> int:
+        return len(self._running)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self._waiting)
+
+    @property
+    def paused(self) -> bool:
+        return not self._resume.is_set()
+
+    def used_tokens(self) -> int:
+        return sum(req.prompt_tokens + len(req.output_ids) for req in self._running)
+
+    def waiting_tokens(self) -> int:
+        return sum(req.prompt_tokens for req in self._waiting)
+
+    def gen_throughput(self) -> float:
+        now = time.monotonic()
+        while self._generated and now - self._generated[0][0] > _THROUGHPUT_WINDOW_S:
+            self._generated.popleft()
+        return sum(count for _, count in self._generated) / _THROUGHPUT_WINDOW_S
+
+    # ------------------------------------------------------------------ submit
+
+    async def submit(self, request: GenerationRequest) -> dict[str, Any]:
+        """Run ``request`` to its end and return its response body (aborts included).
+
+        Cancelling the caller (a client that disconnected) aborts the request, like SGLang does.
+        """
+        if request.rid in self.live:
+            raise ProtocolError.value(f"Duplicate request ID detected: {request.rid}")
+        if self.paused:
+            await self._resume.wait()  # SGLang blocks new requests while generation is paused
+            if request.rid in self.live:
+                raise ProtocolError.value(f"Duplicate request ID detected: {request.rid}")
+        loop = asyncio.get_running_loop()
+        request.future = loop.create_future()
+        # Retrieve the outcome even when the caller is gone, so no "never retrieved" warning is left.
+        request.future.add_done_callback(lambda fut: fut.cancelled() or fut.exception())
+        if len(self._running) < self.max_running_requests:
+            self.live[request.rid] = request
+            self._start(request)
+        elif self.max_queued_requests is not None and len(self._waiting) >= self.max_queued_requests:
+            raise ProtocolError.http("The request queue is full.", 503)
+        else:
+            self.live[request.rid] = request
+            request.status = "queued"
+            self._waiting[request] = None
+        self.total_requests += 1
+        try:
+            return await asyncio.shield(request.future)
+        except asyncio.CancelledError:
+            self.abort_one(request)
+            raise
+
+    def _start(self, request: GenerationRequest) -> None:
+        request.status = "running"
+        self._running.add(request)
+        task = asyncio.get_running_loop().create_task(self._execute(request), name=f"generate-{request.rid}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _admit_waiting(self) -> None:
+        while self._waiting and len(self._running) < self.max_running_requests:
+            request, _ = self._waiting.popitem(last=False)
+            self._start(request)
+
+    # ------------------------------------------------------------------ running
+
+    async def _wait_resume(self, request: GenerationRequest) -> None:
+        """Hold a running request while paused in place; an abort releases it."""
+        while self.paused and not request.abort_requested:
+            resumed = asyncio.ensure_future(self._resume.wait())
+            woken = asyncio.ensure_future(request.wake.wait())
+            try:
+                await asyncio.wait({resumed, woken}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                resumed.cancel()
+                woken.cancel()
+
+    def _count_generated(self, count: int) -> None:
+        self.total_generated_tokens += count
+        self._generated.append((time.monotonic(), count))
+
+    async def _generate(self, request: GenerationRequest, generation: Generation) -> None:
+        if self.latency:
+            await asyncio.sleep(self.latency)
+        request.prefill = await generation.prefill()
+        tokens = self.backend.tokens
+        while True:
+            if len(request.output_ids) >= request.max_new_tokens:
+                request.finish_reason = {"type": "length", "length": request.max_new_tokens}
+                return
+            await self._wait_resume(request)
+            remaining = request.max_new_tokens - len(request.output_ids)
+            steps = await generation.next_tokens(1 if self.token_latency else remaining)
+            if self.token_latency and steps:
+                await asyncio.sleep(self.token_latency * len(steps))
+            if not steps:
+                # The backend has nothing more (a scripted reply without a stop token): the output
+                # ends here as if its budget ran out at this length.
+                request.finish_reason = {"type": "length", "length": len(request.output_ids)}
+                return
+            accepted, finish = await find_finish(tokens, request, steps)
+            request.accept(steps[:accepted])
+            self._count_generated(accepted)
+            if finish is not None:
+                request.finish_reason = finish
+                return
+            if request.abort_requested:
+                request.finish_reason = dict(ABORTED_RUNNING)
+                return
+            if request.progress is not None:
+                request.progress.set()
+
+    async def _execute(self, request: GenerationRequest) -> None:
+        assert request.future is not None
+        generation: Generation | None = None
+        outcome: dict[str, Any] | BaseException
+        try:
+            generation = self.backend.open(request)
+            await self._generate(request, generation)
+        except ProtocolError as exc:
+            outcome = exc
+        except Exception as exc:
+            logger.exception("generation failed for rid %s", request.rid)
+            outcome = ProtocolError.http(
+                f"Internal error in the dev server: {type(exc).__name__}: {exc}", 500
+            )
+        else:
+            outcome = {}
+        if generation is not None:
+            try:
+                await generation.close(list(request.output_ids))
+            except Exception:
+                logger.exception("releasing rid %s failed", request.rid)
+        if not isinstance(outcome, BaseException):
+            try:
+                outcome = await self.renderer.render(request, weight_version=self._weight_version())
+            except Exception as exc:
+                logger.exception("rendering rid %s failed", request.rid)
+                outcome = ProtocolError.http(f"Internal error in the dev server: {exc}", 500)
+        request.status = "finished"
+        self._running.discard(request)
+        if self.live.get(request.rid) is request:
+            del self.live[request.rid]
+        if not request.future.done():
+            if isinstance(outcome, BaseException):
+                request.future.set_exception(outcome)
+            else:
+                request.future.set_result(outcome)
+        if request.progress is not None:
+            request.progress.set()
+        self._admit_waiting()
+
+    # ------------------------------------------------------------------ abort / pause
+
+    def abort_one(self, request: GenerationRequest) -> None:
+        if request.status == "queued":
+            self._waiting.pop(request, None)
+            request.status = "finished"
+            if self.live.get(request.rid) is request:
+                del self.live[request.rid]
+            if request.future is not None and not request.future.done():
+                request.future.set_result(render_queued_abort(request, self._weight_version()))
+            if request.progress is not None:
+                request.progress.set()
+        elif request.status == "running":
+            request.abort_requested = True
+            request.wake.set()
+
+    def abort(self, rid: str | None = None, *, abort_all: bool = False) -> int:
+        """Abort live requests whose rid starts with ``rid`` (or all); returns how many matched.
+
+        An empty rid without ``abort_all`` matches nothing.
+        """
+        if abort_all:
+            targets = list(self.live.values())
+        elif rid:
+            targets = [req for req in self.live.values() if req.rid.startswith(rid)]
+        else:
+            targets = []
+        # Queued first, so aborting running requests cannot admit a queued one that is also a target.
+        for request in sorted(targets, key=lambda req: req.status != "queued"):
+            self.abort_one(request)
+        return len(targets)
+
+    def pause(self, mode: str) -> None:
+        """``/pause_generation``: ``abort`` aborts everything; ``in_place``/``retract`` hold it."""
+        if mode not in ("abort", "in_place", "retract"):
+            raise ProtocolError.value(f"mode must be one of 'abort', 'in_place', 'retract', got {mode!r}.")
+        self._resume.clear()
+        if mode == "abort":
+            self.abort(abort_all=True)
+
+    def resume(self) -> None:
+        self._resume.set()
+
+    async def shutdown(self) -> None:
+        """Abort everything and wait for running requests to wind down."""
+        self._resume.set()
+        self.abort(abort_all=True)
+        if self._tasks:
+            with contextlib.suppress(Exception):
+                await asyncio.wait(set(self._tasks), timeout=10)
