@@ -1,0 +1,878 @@
+"""SGLang protocol conformance of the dev server, rule by rule (scripted backend, real HTTP).
+
+Section numbers refer to /work/shared/reference/sglang-protocol.md (mirrored in docs/devserver.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import re
+from typing import Any
+
+import aiohttp
+import pytest
+
+from strands_slime.client import (
+    SGLangBadRequestError,
+    SGLangClient,
+    SGLangConnectionError,
+    SGLangContextLengthError,
+    SGLangHTTPError,
+    SGLangThrottledError,
+)
+from strands_slime.devserver import DevServer, scripted_output_logprobs
+
+IM_END = 151645
+ENDOFTEXT = 151643
+HELLO = "Hello there, world!"
+LONG_IDS = list(range(1000, 1300))  # 300 tokens, no stop token
+SCRIPT: dict[str, Any] = {
+    "rules": [
+        {"match": "LONG", "replies": [{"token_ids": [*LONG_IDS, IM_END]}]},
+        {"match": "STOPSTR", "replies": ["alpha beta STOP gamma delta"]},
+        {"match": "ENDOFTEXT", "replies": [{"token_ids": [9707, ENDOFTEXT, 1879, IM_END]}]},
+        {"match": None, "replies": [HELLO]},
+    ]
+}
+META_KEYS = [
+    "id",
+    "finish_reason",
+    "prompt_tokens",
+    "weight_version",
+    "num_retractions",
+    "input_token_logprobs",
+    "output_token_logprobs",
+    "output_token_logprobs_length",
+    "reasoning_tokens",
+    "completion_tokens",
+    "cached_tokens",
+    "weight_versions",
+    "cached_tokens_details",
+    "dp_rank",
+    "e2e_latency",
+    "response_sent_to_client_ts",
+]
+QUEUED_META_KEYS = [
+    "id",
+    "finish_reason",
+    "weight_version",
+    "e2e_latency",
+    "weight_versions",
+    "input_token_logprobs",
+    "output_token_logprobs",
+    "completion_tokens",
+    "response_sent_to_client_ts",
+]
+
+
+def chat(tokenizer: Any, user: str, turns: int = 0) -> list[int]:
+    text = f"<|im_start|>user\n{user}<|im_end|>\n"
+    text += "<|im_start|>assistant\nok<|im_end|>\n" * turns
+    text += "<|im_start|>assistant\n"
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
+async def post(server: DevServer, payload: Any, path: str = "/generate", **kwargs: Any) -> tuple[int, Any]:
+    async with aiohttp.ClientSession() as session:
+        data = payload if isinstance(payload, (bytes, str)) else json.dumps(payload)
+        headers = {"Content-Type": "application/json", **kwargs.pop("headers", {})}
+        async with session.post(server.url + path, data=data, headers=headers, **kwargs) as resp:
+            text = await resp.text()
+            try:
+                return resp.status, json.loads(text) if text else None
+            except ValueError:
+                return resp.status, text
+
+
+async def get(server: DevServer, path: str) -> tuple[int, Any]:
+    async with aiohttp.ClientSession() as session, session.get(server.url + path) as resp:
+        text = await resp.text()
+        return resp.status, json.loads(text) if text else text
+
+
+@pytest.fixture
+async def server():
+    async with DevServer("scripted", script=SCRIPT, context_length=4096, weight_version="v7") as srv:
+        yield srv
+
+
+@pytest.fixture
+async def slow_server():
+    """One request runs at a time, one token every 20 ms: aborts land mid-generation."""
+    async with DevServer(
+        "scripted", script=SCRIPT, token_latency=0.02, max_running_requests=1, max_queued_requests=2
+    ) as srv:
+        yield srv
+
+
+@pytest.fixture
+async def client(server):
+    async with SGLangClient(server.url, max_retries=0) as c:
+        yield c
+
+
+@pytest.fixture
+async def slow_client(slow_server):
+    async with SGLangClient(slow_server.url, max_retries=0) as c:
+        yield c
+
+
+# --------------------------------------------------------------------------- §4 response
+
+
+async def test_response_body_and_meta_info_keys_in_build_order(server, client, qwen3_tokenizer):
+    prompt = chat(qwen3_tokenizer, "hi")
+    response = await client.generate(prompt, {})
+    expected_ids = qwen3_tokenizer.encode(HELLO, add_special_tokens=False) + [IM_END]
+    assert response.output_ids == expected_ids
+    assert response.text == HELLO
+    meta = response.meta_info
+    assert list(meta) == META_KEYS
+    assert re.fullmatch(r"[0-9a-f]{32}", meta["id"])  # default rid: uuid4().hex
+    assert meta["prompt_tokens"] == len(prompt)
+    assert meta["completion_tokens"] == len(expected_ids) == meta["output_token_logprobs_length"]
+    assert meta["weight_version"] == "v7"
+    assert meta["weight_versions"] == [{"version": "v7", "start": 0, "end": len(expected_ids)}]
+    assert meta["num_retractions"] == 0 and meta["dp_rank"] is None
+    assert isinstance(meta["e2e_latency"], float) and 0 <= meta["e2e_latency"] < 5
+    assert meta["response_sent_to_client_ts"] > 1.6e9
+
+
+async def test_logprob_keys_absent_without_return_logprob(server, client, qwen3_tokenizer):
+    response = await client.generate(chat(qwen3_tokenizer, "hi"), {}, return_logprob=False)
+    assert "output_token_logprobs" not in response.meta_info
+    assert "input_token_logprobs" not in response.meta_info
+    assert response.output_ids[-1] == IM_END
+
+
+async def test_cached_tokens_count_the_reused_prefix(server, client, qwen3_tokenizer):
+    prompt = chat(qwen3_tokenizer, "cache me")
+    cold = await client.generate(prompt, {})
+    assert cold.meta_info["cached_tokens_details"] is None or cold.cached_tokens < len(prompt)
+    warm = await client.generate(prompt, {})
+    assert warm.cached_tokens == len(prompt) - 1  # never the whole prompt
+    assert warm.meta_info["cached_tokens_details"] == {"device": len(prompt) - 1, "host": 0}
+    # Next turn: the previous prompt + output (all but its last token) is cached.
+    turn2 = prompt + cold.output_ids + qwen3_tokenizer.encode("\n<|im_start|>user\nmore<|im_end|>\n")
+    second = await client.generate(turn2, {})
+    assert second.cached_tokens == len(prompt) + len(cold.output_ids) - 1
+
+
+# --------------------------------------------------------------------------- §1 validation order
+
+
+async def test_e1_pydantic_error_body(server):
+    status, body = await post(server, {"input_ids": "not a list"})
+    assert status == 400
+    assert set(body) == {"object", "message", "type", "param", "code"}
+    assert body["object"] == "error" and body["type"] == "Bad Request" and body["code"] == 400
+    assert body["param"] is None and "input_ids" in body["message"]
+
+
+async def test_e1_invalid_json_body(server):
+    status, body = await post(server, b"{not json")
+    assert status == 400 and body["type"] == "Bad Request" and "JSON" in body["message"]
+
+
+async def test_e1_comes_before_e2(server):
+    status, body = await post(server, {"input_ids": "x", "sampling_params": {"foo": 1}})
+    assert status == 400 and body["type"] == "Bad Request"
+
+
+async def test_e2_unknown_sampling_param(server):
+    status, body = await post(server, {"input_ids": [1, 2], "sampling_params": {"foo": 1}})
+    assert status == 400 and set(body) == {"error"}
+    assert body["error"].startswith("unknown field `foo`, expected one of `max_new_tokens`, `stop`, ")
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"max_new_tokens": 1.5}, "invalid type: floating point `1.5`, expected i64"),
+        ({"max_new_tokens": 2.0}, "invalid type: floating point `2.0`, expected i64"),
+        ({"ignore_eos": 1}, "invalid type: integer `1`, expected a boolean"),
+        ({"temperature": "hot"}, 'invalid type: string "hot", expected f64'),
+        ({"stop_token_ids": 5}, "invalid type: integer `5`, expected a sequence"),
+        ({"stop": 5}, "invalid type: integer `5`, expected a string or a sequence of strings"),
+    ],
+)
+async def test_e2_wrong_json_types(server, params, message):
+    status, body = await post(server, {"input_ids": [1, 2], "sampling_params": params})
+    assert (status, body) == (400, {"error": message})
+
+
+async def test_e2_comes_before_e3(server):
+    status, body = await post(server, {"sampling_params": {"foo": 1}})  # no prompt either
+    assert status == 400 and "unknown field" in body["error"]
+
+
+async def test_null_sampling_params_mean_defaults(server, qwen3_tokenizer):
+    params = {"max_new_tokens": None, "temperature": None, "stop": None, "top_k": None}
+    status, body = await post(server, {"input_ids": chat(qwen3_tokenizer, "LONG"), "sampling_params": params})
+    assert status == 200 and body["meta_info"]["finish_reason"] == {"type": "length", "length": 128}
+
+
+async def test_unknown_top_level_keys_are_ignored(server):
+    status, body = await post(server, {"input_ids": [1, 2, 3], "no_such_field": {"x": 1}, "lora_path": None})
+    assert status == 200 and body["output_ids"]
+
+
+# --------------------------------------------------------------------------- §2 top-level fields
+
+
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        ({}, "Either text, input_ids or input_embeds should be provided."),
+        ({"text": "a", "input_ids": [1]}, "Either text, input_ids or input_embeds should be provided."),
+        ({"input_ids": []}, "input_ids cannot be empty."),
+    ],
+)
+async def test_e3_prompt_presence(server, payload, message):
+    status, body = await post(server, payload)
+    assert (status, body) == (400, {"error": {"message": message}})
+
+
+async def test_text_prompt_is_tokenized(server, qwen3_tokenizer):
+    text = "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    status, body = await post(server, {"text": text, "return_prompt_token_ids": True})
+    assert status == 200
+    assert body["prompt_token_ids"] == qwen3_tokenizer.encode(text)
+    assert body["meta_info"]["prompt_tokens"] == len(body["prompt_token_ids"])
+
+
+async def test_rid_is_echoed(server, client):
+    response = await client.generate([1, 2, 3], {}, rid="my-rid")
+    assert response.rid == "my-rid"
+
+
+async def test_duplicate_live_rid_is_rejected(slow_server, slow_client, qwen3_tokenizer):
+    first = asyncio.create_task(slow_client.generate(chat(qwen3_tokenizer, "LONG"), {}, rid="dup"))
+    await asyncio.sleep(0.1)
+    with pytest.raises(SGLangBadRequestError) as caught:
+        await slow_client.generate([1, 2, 3], {}, rid="dup")
+    assert json.loads(caught.value.body) == {"error": {"message": "Duplicate request ID detected: dup"}}
+    await slow_client.abort("dup")
+    assert (await first).is_abort
+
+
+async def test_routed_experts_start_len_out_of_range(server):
+    status, body = await post(
+        server, {"input_ids": [1, 2, 3], "return_routed_experts": True, "routed_experts_start_len": 4}
+    )
+    assert status == 400 and "routed_experts_start_len" in body["error"]["message"]
+    status, _ = await post(
+        server, {"input_ids": [1, 2, 3], "return_routed_experts": True, "routed_experts_start_len": 3}
+    )
+    assert status == 200
+
+
+# --------------------------------------------------------------------------- §3 sampling params
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"temperature": -1}, "temperature must be a non-negative finite number, got -1."),
+        ({"top_p": 0}, "top_p must be in (0, 1], got 0."),
+        ({"top_p": 1.5}, "top_p must be in (0, 1], got 1.5."),
+        ({"top_k": 0}, "top_k must be -1 (disable) or at least 1, got 0."),
+        ({"max_new_tokens": -1}, "max_new_tokens must be at least 0, got -1."),
+        ({"regex": "a+", "ebnf": "x"}, "Only one of json_schema, regex, ebnf, or structural_tag can be set."),
+    ],
+)
+async def test_e3_verify_messages(server, params, message):
+    status, body = await post(server, {"input_ids": [1, 2, 3], "sampling_params": params})
+    assert (status, body) == (400, {"error": {"message": message}})
+
+
+async def test_top_k_minus_one_is_accepted(server, client):
+    response = await client.generate([1, 2, 3], {"top_k": -1, "temperature": 0})
+    assert response.finish_reason.type == "stop"
+
+
+async def test_default_max_new_tokens_is_128(server, client, qwen3_tokenizer):
+    response = await client.generate(chat(qwen3_tokenizer, "LONG"), {})
+    assert response.output_ids == LONG_IDS[:128]
+    assert response.finish_reason.raw == {"type": "length", "length": 128}
+
+
+async def test_both_qwen3_eos_tokens_stop(server, client, qwen3_tokenizer):
+    response = await client.generate(chat(qwen3_tokenizer, "ENDOFTEXT"), {})
+    assert response.output_ids == [9707, ENDOFTEXT]
+    assert response.finish_reason.raw == {"type": "stop", "matched": ENDOFTEXT}
+
+
+async def test_stop_token_ids(server, client, qwen3_tokenizer):
+    hello = qwen3_tokenizer.encode(HELLO, add_special_tokens=False)
+    response = await client.generate(chat(qwen3_tokenizer, "hi"), {"stop_token_ids": [hello[2]]})
+    assert response.output_ids == hello[:3]
+    assert response.finish_reason.raw == {"type": "stop", "matched": hello[2]}
+    assert response.text == qwen3_tokenizer.decode(hello[:2])
+
+
+async def test_ignore_eos_disables_eos_and_stop_token_ids(server, client, qwen3_tokenizer):
+    reply = [9707, ENDOFTEXT, 1879, IM_END]
+    response = await client.generate(
+        chat(qwen3_tokenizer, "ENDOFTEXT"), {"ignore_eos": True, "stop_token_ids": [1879]}
+    )
+    assert response.output_ids == reply  # the script ran out: ends as a length finish there
+    assert response.finish_reason.raw == {"type": "length", "length": len(reply)}
+
+
+async def test_ignore_eos_keeps_stop_strings(server, client, qwen3_tokenizer):
+    response = await client.generate(chat(qwen3_tokenizer, "STOPSTR"), {"ignore_eos": True, "stop": "STOP"})
+    assert response.finish_reason.raw == {"type": "stop", "matched": "STOP"}
+
+
+# --------------------------------------------------------------------------- §5 finish reasons
+
+
+async def test_eos_finish_shape(server, client, qwen3_tokenizer):
+    response = await client.generate(chat(qwen3_tokenizer, "hi"), {})
+    assert response.finish_reason.raw == {"type": "stop", "matched": IM_END}
+
+
+async def test_length_finish_shape(server, client, qwen3_tokenizer):
+    response = await client.generate(chat(qwen3_tokenizer, "hi"), {"max_new_tokens": 2})
+    assert response.finish_reason.raw == {"type": "length", "length": 2}
+    assert len(response.output_ids) == 2 == response.completion_tokens
+
+
+async def test_stop_string_keeps_completing_token_and_trims_text(server, client, qwen3_tokenizer):
+    prompt = chat(qwen3_tokenizer, "STOPSTR")
+    response = await client.generate(prompt, {"stop": ["nope", "STOP"]})
+    assert response.finish_reason.raw == {"type": "stop", "matched": "STOP"}
+    assert response.text == "alpha beta "
+    assert "STOP" in qwen3_tokenizer.decode(response.output_ids)
+    assert "STOP" not in qwen3_tokenizer.decode(response.output_ids[:-1])  # later tokens dropped
+    kept = await client.generate(prompt, {"stop": "STOP", "no_stop_trim": True})
+    assert kept.text == "alpha beta STOP"  # cut just after the stop string
+    assert kept.output_ids == response.output_ids
+
+
+async def test_stop_regex(server, client, qwen3_tokenizer):
+    response = await client.generate(chat(qwen3_tokenizer, "STOPSTR"), {"stop_regex": [r"S\w+P"]})
+    assert response.finish_reason.raw == {"type": "stop", "matched": r"S\w+P"}
+    assert response.text == "alpha beta "
+
+
+async def test_precedence_stop_string_over_eos(server, client, qwen3_tokenizer):
+    # The EOS token itself completes the stop string "<|im_end|>": the string wins.
+    response = await client.generate(chat(qwen3_tokenizer, "hi"), {"stop": "<|im_end|>"})
+    assert response.finish_reason.raw == {"type": "stop", "matched": "<|im_end|>"}
+    assert response.output_ids[-1] == IM_END
+
+
+async def test_precedence_eos_over_length(server, client, qwen3_tokenizer):
+    reply_len = len(qwen3_tokenizer.encode(HELLO, add_special_tokens=False)) + 1
+    response = await client.generate(chat(qwen3_tokenizer, "hi"), {"max_new_tokens": reply_len})
+    assert response.finish_reason.raw == {"type": "stop", "matched": IM_END}
+
+
+@pytest.mark.parametrize(
+    ("skip_special_tokens", "no_stop_trim", "suffix"),
+    [(True, False, ""), (False, False, ""), (True, True, ""), (False, True, "<|im_end|>")],
+)
+async def test_im_end_text_matrix(server, client, qwen3_tokenizer, skip_special_tokens, no_stop_trim, suffix):
+    params = {"skip_special_tokens": skip_special_tokens, "no_stop_trim": no_stop_trim}
+    response = await client.generate(chat(qwen3_tokenizer, "hi"), params)
+    assert response.output_ids[-1] == IM_END
+    assert response.completion_tokens == len(response.output_ids)
+    assert response.text == HELLO + suffix  # generated tokens only, never the prompt
+
+
+async def test_max_new_tokens_zero(server, client):
+    response = await client.generate([1, 2, 3], {"max_new_tokens": 0})
+    assert response.output_ids == [] and response.output_logprobs == []
+    assert response.finish_reason.raw == {"type": "length", "length": 0}
+
+
+# --------------------------------------------------------------------------- §6 logprobs
+
+
+async def test_output_logprob_entries(server, client, qwen3_tokenizer):
+    prompt = chat(qwen3_tokenizer, "hi")
+    response = await client.generate(prompt, {})
+    entries = response.meta_info["output_token_logprobs"]
+    assert len(entries) == len(response.output_ids) == response.meta_info["output_token_logprobs_length"]
+    assert [entry[1] for entry in entries] == response.output_ids
+    assert all(entry[2] is None for entry in entries)
+    assert [entry[0] for entry in entries] == scripted_output_logprobs(prompt, response.output_ids)
+    assert response.meta_info["input_token_logprobs"] == []  # logprob_start_len defaults to -1
+
+
+async def test_return_text_in_logprobs(server, qwen3_tokenizer):
+    status, body = await post(
+        server, {"input_ids": [1, 2, 3], "return_logprob": True, "return_text_in_logprobs": True}
+    )
+    assert status == 200
+    for _, tok, text in body["meta_info"]["output_token_logprobs"]:
+        assert text == qwen3_tokenizer.decode([tok])
+
+
+@pytest.mark.parametrize("start", [0, 2, 5])
+async def test_input_logprobs_from_logprob_start_len(server, client, start):
+    prompt = [11, 12, 13, 14, 15]
+    response = await client.generate(prompt, {}, logprob_start_len=start)
+    entries = response.meta_info["input_token_logprobs"]
+    assert len(entries) == len(prompt) - start
+    assert [entry[1] for entry in entries] == prompt[start:]
+    if entries:
+        assert entries[0] == [None, prompt[start], None]
+        assert all(isinstance(entry[0], float) and entry[0] < 0 for entry in entries[1:])
+
+
+async def test_logprob_start_len_beyond_prompt(server):
+    status, body = await post(
+        server, {"input_ids": [1, 2, 3], "return_logprob": True, "logprob_start_len": 4}
+    )
+    assert status == 400
+    assert body == {
+        "error": {
+            "message": "req.logprob_start_len=4 is higher than the number of input tokens "
+            "len(req.origin_input_ids)=3. Please use a smaller logprob_start_len."
+        }
+    }
+    status, _ = await post(server, {"input_ids": [1, 2, 3], "logprob_start_len": 4})
+    assert status == 200  # ignored without return_logprob
+
+
+async def test_logprob_start_len_caps_prefix_reuse(server, client, qwen3_tokenizer):
+    prompt = chat(qwen3_tokenizer, "reuse")
+    await client.generate(prompt, {})
+    assert (await client.generate(prompt, {}, logprob_start_len=3)).cached_tokens <= 3
+    assert (await client.generate(prompt, {}, logprob_start_len=0)).cached_tokens == 0
+    assert (await client.generate(prompt, {})).cached_tokens == len(prompt) - 1
+
+
+async def test_top_logprobs_and_token_ids_logprob(server, qwen3_tokenizer):
+    payload = {
+        "input_ids": chat(qwen3_tokenizer, "hi"),
+        "return_logprob": True,
+        "top_logprobs_num": 3,
+        "token_ids_logprob": [5, 6],
+    }
+    status, body = await post(server, payload)
+    assert status == 200
+    meta, count = body["meta_info"], len(body["output_ids"])
+    assert len(meta["output_top_logprobs"]) == count
+    assert all(
+        len(row) == 3 and row[0][1] == tok
+        for row, tok in zip(meta["output_top_logprobs"], body["output_ids"], strict=False)
+    )
+    assert len(meta["output_token_ids_logprobs"]) == count
+    assert all([entry[1] for entry in row] == [5, 6] for row in meta["output_token_ids_logprobs"])
+    assert meta["input_top_logprobs"] == [] and meta["input_token_ids_logprobs"] == []
+
+
+# --------------------------------------------------------------------------- §7 limits and errors
+
+
+@pytest.fixture
+async def small_server():
+    async with DevServer("scripted", script=SCRIPT, context_length=64) as srv:
+        yield srv
+
+
+async def test_prompt_not_shorter_than_context(small_server):
+    status, body = await post(small_server, {"input_ids": [7] * 64})
+    assert (status, body) == (
+        400,
+        {
+            "error": {
+                "message": "The input (64 tokens) is longer than the model's context length (64 tokens)."
+            }
+        },
+    )
+
+
+async def test_prompt_plus_max_new_tokens_over_context(small_server):
+    async with SGLangClient(small_server.url, max_retries=0) as client:
+        with pytest.raises(SGLangContextLengthError) as caught:
+            await client.generate([7] * 60, {"max_new_tokens": 10})
+    assert json.loads(caught.value.body)["error"]["message"] == (
+        "Requested token count exceeds the model's maximum context length of 64 tokens. You requested a "
+        "total of 70 tokens: 60 tokens from the input messages and 10 tokens for the completion. Please "
+        "reduce the number of tokens in the input messages or the completion to fit within the limit."
+    )
+
+
+async def test_scheduler_input_limit_and_silent_clipping(small_server, qwen3_tokenizer):
+    long_prompt = chat(qwen3_tokenizer, "LONG")
+    pad = lambda n: long_prompt + [7] * (n - len(long_prompt))  # noqa: E731
+    status, body = await post(small_server, {"input_ids": pad(58)})  # C-6: no M sent, still refused
+    assert status == 400
+    assert body["error"]["message"] == (
+        "Input length (58 tokens) exceeds the maximum allowed length (58 tokens). "
+        "Use a shorter input or enable --allow-auto-truncate."
+    )
+    status, body = await post(small_server, {"input_ids": pad(57)})  # C-7 fits; output <= C-2-N
+    assert status == 200 and body["meta_info"]["finish_reason"] == {"type": "length", "length": 5}
+    status, body = await post(small_server, {"input_ids": pad(50), "sampling_params": {"max_new_tokens": 14}})
+    assert status == 200 and body["meta_info"]["finish_reason"] == {"type": "length", "length": 12}
+
+
+async def test_input_ids_outside_vocabulary(server):
+    status, body = await post(server, {"input_ids": [1, 10**7]})
+    assert status == 400 and "outside the vocabulary" in body["error"]["message"]
+
+
+# --------------------------------------------------------------------------- §8 other endpoints
+
+
+async def test_health(server):
+    for path in ("/health", "/health_generate"):
+        async with aiohttp.ClientSession() as session, session.get(server.url + path) as resp:
+            assert resp.status == 200 and await resp.read() == b""
+
+
+async def test_model_info(server, client):
+    info = await client.model_info()
+    assert list(info) == [
+        "model_path",
+        "served_model_name",
+        "tokenizer_path",
+        "is_generation",
+        "preferred_sampling_params",
+        "weight_version",
+        "load_format",
+        "reasoning_parser",
+        "tool_call_parser",
+        "disaggregation_mode",
+        "has_image_understanding",
+        "has_audio_understanding",
+        "model_type",
+        "architectures",
+    ]
+    assert info["is_generation"] is True and info["weight_version"] == "v7"
+    assert (await get(server, "/get_model_info"))[1] == info
+
+
+async def test_server_info(server, client):
+    info = await client.server_info()
+    assert info["status"] == "ready" and info["version"] == "0.5.23"
+    assert info["context_length"] == 4096  # set explicitly here
+    assert info["max_req_input_len"] == 4096 - 1 - 5
+    assert info["max_total_num_tokens"] > 4096
+    assert isinstance(info["internal_states"], list)
+    assert (await get(server, "/get_server_info"))[0] == 200
+
+
+async def test_server_info_context_length_null_unless_set():
+    async with DevServer("scripted", script=SCRIPT) as srv:
+        status, info = await get(srv, "/server_info")
+        assert status == 200 and info["context_length"] is None
+        assert (await get(srv, "/v1/models"))[1]["data"][0]["max_model_len"] == 40960
+
+
+async def test_v1_models_reports_context_length(server, client):
+    assert await client.max_model_len() == 4096
+    _status, body = await get(server, "/v1/models")
+    assert body["object"] == "list" and body["data"][0]["max_model_len"] == 4096
+
+
+async def test_v1_loads_counts_running_and_waiting(slow_server, slow_client, qwen3_tokenizer):
+    running = asyncio.create_task(slow_client.generate(chat(qwen3_tokenizer, "LONG"), {}))
+    queued = asyncio.create_task(slow_client.generate(chat(qwen3_tokenizer, "LONG"), {}))
+    await asyncio.sleep(0.1)
+    _status, body = await get(slow_server, "/v1/loads?include=core")
+    load = body["loads"][0]
+    assert (load["num_running_reqs"], load["num_waiting_reqs"]) == (1, 1)
+    await slow_client.abort(abort_all=True)
+    await asyncio.gather(running, queued)
+    _status, body = await get(slow_server, "/v1/loads?include=core")
+    assert body["loads"][0]["num_running_reqs"] + body["loads"][0]["num_waiting_reqs"] == 0
+
+
+async def test_update_weight_version_aborts_and_switches(slow_server, slow_client, qwen3_tokenizer):
+    running = asyncio.create_task(slow_client.generate(chat(qwen3_tokenizer, "LONG"), {}))
+    await asyncio.sleep(0.1)
+    status, body = await post(slow_server, {"new_version": "step-3"}, "/update_weight_version")
+    assert (status, body["success"], body["new_version"]) == (200, True, "step-3")
+    aborted = await running
+    assert aborted.is_abort
+    after = await slow_client.generate([1, 2, 3], {"max_new_tokens": 1})
+    assert after.weight_version == "step-3"
+
+
+async def test_flush_cache(server, client, qwen3_tokenizer):
+    prompt = chat(qwen3_tokenizer, "flush")
+    await client.generate(prompt, {})
+    status, text = await post(server, {}, "/flush_cache")
+    assert status == 200 and text.startswith("Cache flushed.")
+    assert (await client.generate(prompt, {})).cached_tokens < len(prompt) - 1
+
+
+async def test_pause_in_place_blocks_generate_until_continue(server, client):
+    status, _ = await post(server, {"mode": "in_place"}, "/pause_generation")
+    assert status == 200
+    pending = asyncio.create_task(client.generate([1, 2, 3], {}))
+    await asyncio.sleep(0.1)
+    assert not pending.done()
+    await post(server, {}, "/continue_generation")
+    assert (await asyncio.wait_for(pending, 5)).finish_reason.type == "stop"
+
+
+# --------------------------------------------------------------------------- §9 batches and n > 1
+
+
+async def test_batch_of_input_ids(server, qwen3_tokenizer):
+    prompts = [chat(qwen3_tokenizer, "hi"), chat(qwen3_tokenizer, "ENDOFTEXT")]
+    status, body = await post(server, {"input_ids": prompts, "rid": "b"})
+    assert status == 200 and isinstance(body, list) and len(body) == 2
+    assert [item["meta_info"]["id"] for item in body] == ["b_0", "b_1"]
+    assert body[1]["output_ids"] == [9707, ENDOFTEXT]
+
+
+async def test_batch_of_texts_with_per_item_params(server):
+    payload = {"text": ["one", "two"], "sampling_params": [{"max_new_tokens": 1}, {"max_new_tokens": 2}]}
+    status, body = await post(server, payload)
+    assert status == 200 and [len(item["output_ids"]) for item in body] == [1, 2]
+
+
+async def test_batch_list_length_mismatch(server):
+    status, body = await post(server, {"text": ["a", "b"], "rid": ["only-one"]})
+    assert status == 400 and "rid" in body["error"]["message"]
+
+
+async def test_n_samples_get_fresh_rids(server):
+    status, body = await post(server, {"input_ids": [1, 2, 3], "rid": "mine", "sampling_params": {"n": 3}})
+    assert status == 200 and isinstance(body, list) and len(body) == 3
+    rids = [item["meta_info"]["id"] for item in body]
+    assert "mine" not in rids and len(set(rids)) == 3
+    assert all(item["meta_info"]["cached_tokens"] == 2 for item in body)  # the warm-up cached the prompt
+
+
+async def test_abort_by_caller_rid_misses_n_samples(slow_server, qwen3_tokenizer):
+    payload = {"input_ids": chat(qwen3_tokenizer, "hi"), "rid": "group", "sampling_params": {"n": 2}}
+    pending = asyncio.create_task(post(slow_server, payload))
+    await asyncio.sleep(0.15)
+    await post(slow_server, {"rid": "group"}, "/abort_request")
+    status, body = await pending
+    assert status == 200 and all(item["meta_info"]["finish_reason"]["type"] == "stop" for item in body)
+
+
+async def test_list_logprob_params_rejected_with_n(server):
+    payload = {"input_ids": [1, 2, 3], "return_logprob": [True], "sampling_params": {"n": 2}}
+    status, body = await post(server, payload)
+    assert status == 400 and "n > 1" in body["error"]["message"]
+
+
+# --------------------------------------------------------------------------- §10 abort
+
+
+async def test_abort_endpoint_is_silent(server):
+    async with aiohttp.ClientSession() as session:
+        for payload in ({"rid": "nobody"}, {"abort_all": True}, {"rid": ""}):
+            async with session.post(server.url + "/abort_request", json=payload) as resp:
+                assert resp.status == 200 and await resp.read() == b""
+
+
+async def test_abort_running_returns_partial_output(slow_server, slow_client, qwen3_tokenizer):
+    prompt = chat(qwen3_tokenizer, "LONG")
+    pending = asyncio.create_task(slow_client.generate(prompt, {}, rid="run-1"))
+    await asyncio.sleep(0.15)
+    await slow_client.abort("run-1")
+    response = await pending
+    assert response.finish_reason.raw == {
+        "type": "abort",
+        "message": "Aborted",
+        "status_code": None,
+        "err_type": None,
+    }
+    assert 0 < len(response.output_ids) < len(LONG_IDS)
+    assert response.output_ids == LONG_IDS[: len(response.output_ids)]
+    assert len(response.output_logprobs) == len(response.output_ids) == response.completion_tokens
+    assert list(response.meta_info) == META_KEYS  # complete meta_info
+    assert response.prompt_tokens == len(prompt)
+
+
+async def test_abort_queued_returns_queued_shape(slow_server, slow_client, qwen3_tokenizer):
+    running = asyncio.create_task(slow_client.generate(chat(qwen3_tokenizer, "LONG"), {}, rid="r"))
+    await asyncio.sleep(0.05)
+    queued = asyncio.create_task(slow_client.generate([1, 2, 3], {}, rid="q"))
+    await asyncio.sleep(0.05)
+    await slow_client.abort("q")
+    response = await queued
+    assert (response.text, response.output_ids) == ("", [])
+    assert list(response.meta_info) == QUEUED_META_KEYS
+    assert response.meta_info["finish_reason"] == {"type": "abort", "message": "Abort in waiting queue"}
+    assert response.meta_info["completion_tokens"] == 0 and response.prompt_tokens is None
+    await slow_client.abort("r")
+    await running
+
+
+async def test_abort_matches_rid_prefix(slow_server, qwen3_tokenizer):
+    prompt = chat(qwen3_tokenizer, "LONG")
+    pending = asyncio.create_task(post(slow_server, {"input_ids": [prompt, prompt], "rid": "abc"}))
+    await asyncio.sleep(0.1)
+    await post(slow_server, {"rid": "abc"}, "/abort_request")
+    status, body = await pending
+    assert status == 200
+    assert [item["meta_info"]["id"] for item in body] == ["abc_0", "abc_1"]
+    assert body[0]["meta_info"]["finish_reason"]["message"] == "Aborted"
+    assert body[1]["meta_info"]["finish_reason"]["message"] == "Abort in waiting queue"
+
+
+async def test_queue_full_is_503(slow_server, slow_client, qwen3_tokenizer):
+    prompt = chat(qwen3_tokenizer, "LONG")
+    tasks = [asyncio.create_task(slow_client.generate(prompt, {})) for _ in range(3)]  # 1 runs, 2 wait
+    await asyncio.sleep(0.1)
+    with pytest.raises(SGLangThrottledError) as caught:
+        await slow_client.generate(prompt, {})
+    assert caught.value.status == 503
+    assert json.loads(caught.value.body) == {
+        "object": "error",
+        "message": "The request queue is full.",
+        "type": "503",
+        "param": None,
+        "code": 503,
+    }
+    await slow_client.abort(abort_all=True)
+    await asyncio.gather(*tasks)
+
+
+async def test_client_disconnect_aborts_the_request(slow_server, slow_client, qwen3_tokenizer):
+    hung = asyncio.create_task(slow_client.generate(chat(qwen3_tokenizer, "LONG"), {}))
+    await asyncio.sleep(0.1)
+    hung.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await hung
+    # The only running slot is freed at once, not after the remaining ~290 tokens x 20 ms.
+    response = await asyncio.wait_for(slow_client.generate([1, 2, 3], {"max_new_tokens": 2}), 2)
+    assert response.completion_tokens == 2
+
+
+# --------------------------------------------------------------------------- §11 streaming
+
+
+async def read_stream(server: DevServer, payload: dict[str, Any]) -> tuple[int, list[Any]]:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(server.url + "/generate", json=payload) as resp,
+    ):
+        assert resp.headers["Content-Type"].startswith("text/event-stream")
+        raw = await resp.text()
+    events = [line[len("data: ") :] for line in raw.split("\n\n") if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    return resp.status, [json.loads(event) for event in events[:-1]]
+
+
+async def test_stream_chunks_are_cumulative(slow_server, qwen3_tokenizer):
+    payload = {"input_ids": chat(qwen3_tokenizer, "hi"), "stream": True, "return_logprob": True}
+    status, chunks = await read_stream(slow_server, payload)
+    assert status == 200 and len(chunks) >= 3
+    for earlier, later in itertools.pairwise(chunks):
+        assert later["output_ids"][: len(earlier["output_ids"])] == earlier["output_ids"]
+    assert all(chunk["meta_info"]["finish_reason"] is None for chunk in chunks[:-1])
+    assert all("e2e_latency" not in chunk["meta_info"] for chunk in chunks[:-1])
+    final = chunks[-1]
+    assert final["meta_info"]["finish_reason"] == {"type": "stop", "matched": IM_END}
+    assert "e2e_latency" in final["meta_info"] and final["text"] == HELLO
+    assert len(final["meta_info"]["output_token_logprobs"]) == len(final["output_ids"])
+
+
+async def test_stream_error_stays_200(small_server):
+    status, chunks = await read_stream(small_server, {"input_ids": [7] * 64, "stream": True})
+    assert status == 200 and len(chunks) == 1
+    error = chunks[0]["error"]
+    assert error["code"] == 400 and error["type"] == "invalid_request_error" and error["retryable"] is False
+    assert "longer than the model's context length" in error["message"]
+
+
+async def test_stream_batch_chunks_carry_index(server):
+    _status, chunks = await read_stream(server, {"input_ids": [[1, 2], [3, 4]], "stream": True})
+    finals = [chunk for chunk in chunks if chunk["meta_info"]["finish_reason"] is not None]
+    assert sorted(chunk["index"] for chunk in finals) == [0, 1]
+
+
+# --------------------------------------------------------------------------- §12 routing header
+
+
+async def test_routing_key_header_is_accepted_and_logged(server, client):
+    await client.generate([1, 2, 3], {}, routing_key="session-42")
+    entry = server.request_log[-1]
+    assert entry["headers"]["X-SMG-Routing-Key"] == "session-42"
+    assert entry["json"]["input_ids"] == [1, 2, 3] and entry["status"] == 200
+
+
+# --------------------------------------------------------------------------- /dev hooks
+
+
+async def test_request_log_over_http(server, client):
+    await client.generate([1, 2, 3], {})
+    await post(server, {"input_ids": []})
+    _status, log = await get(server, "/dev/requests")
+    assert [entry["status"] for entry in log] == [200, 400]
+    assert log[1]["json"] == {"input_ids": []}
+    async with aiohttp.ClientSession() as session, session.delete(server.url + "/dev/requests") as resp:
+        assert (await resp.json()) == {"cleared": 2}
+    assert server.request_log == []
+
+
+async def test_request_log_is_bounded():
+    async with DevServer("scripted", script=SCRIPT, request_log_size=3) as srv:
+        for i in range(5):
+            await post(srv, {"input_ids": [i + 1]})
+        assert [entry["json"]["input_ids"] for entry in srv.request_log] == [[3], [4], [5]]
+
+
+async def test_fault_status_then_recovery(server):
+    status, body = await post(server, {"status": 503, "count": 2}, "/dev/faults")
+    assert status == 200 and body["pending"][0]["count"] == 2
+    async with SGLangClient(server.url, max_retries=3, retry_delay=0.01) as client:
+        response = await client.generate([1, 2, 3], {})
+    assert response.finish_reason.type == "stop"
+    assert [entry["status"] for entry in server.request_log] == [503, 503, 200]
+    assert (await get(server, "/dev/faults"))[1] == []
+
+
+async def test_fault_bodies_follow_sglang(server):
+    server.inject_fault(status=503)
+    status, body = await post(server, {"input_ids": [1]})
+    assert status == 503 and body["type"] == "503" and body["code"] == 503
+    server.inject_fault(status=400, message="bad thing")
+    assert await post(server, {"input_ids": [1]}) == (400, {"error": {"message": "bad thing"}})
+
+
+async def test_fault_drop_connection(server):
+    server.inject_fault(drop_connection=True)
+    async with SGLangClient(server.url, max_retries=0) as client:
+        with pytest.raises(SGLangConnectionError):
+            await client.generate([1, 2, 3], {})
+        assert (await client.generate([1, 2, 3], {})).finish_reason.type == "stop"
+    assert server.request_log[0]["status"] is None
+
+
+async def test_fault_delay(server):
+    server.inject_fault(delay_s=0.3)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    status, _ = await post(server, {"input_ids": [1, 2, 3]})
+    assert status == 200 and loop.time() - started >= 0.3
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [{"status": 200}, {"count": 0, "status": 503}, {"drop_connection": True, "status": 503}, {}, {"oops": 1}],
+)
+async def test_bad_fault_specs_are_rejected(server, spec):
+    status, body = await post(server, spec, "/dev/faults")
+    assert status == 400 and body["error"]["message"].startswith("bad fault:")
+    assert (await get(server, "/dev/faults"))[1] == []
+
+
+async def test_inject_fault_validates(server):
+    with pytest.raises(ValueError, match="status"):
+        server.inject_fault(status=200)
+    with pytest.raises(ValueError, match="needs status"):
+        server.inject_fault()
+
+
+async def test_http_errors_are_typed_by_the_client(server, client):
+    with pytest.raises(SGLangHTTPError) as caught:
+        await client.generate([1, 2], {"top_p": 0})
+    assert caught.value.status == 400 and not caught.value.retryable
