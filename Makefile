@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: test test-fast lint format demo bench clean
+.PHONY: test test-fast lint format demo bench data clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,9 @@ test-fast: lint
 
 demo: $(STAMP)
 	$(BIN)/strands-slime demo
+
+data: $(STAMP)
+	$(BIN)/python -m data_prep.download --dataset all --out $${DATA_DIR:-data}
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run_all.py

@@ -82,7 +82,7 @@ def find_episode_end(exc: BaseException | None) -> EpisodeEnded | None:
     """Return the :class:`EpisodeEnded` inside ``exc`` (Strands' ``EventLoopException``, ``__cause__``
     and ``__context__`` chains, exception groups), or None."""
     seen: set[int] = set()
-    stack: list[BaseException] = [exc] if exc is not None else []
+    stack: list[BaseException] = [exc] if isinstance(exc, BaseException) else []
     while stack:
         current = stack.pop()
         if id(current) in seen:

@@ -69,10 +69,13 @@ class ModelStats:
 
 @dataclass(slots=True)
 class _OutputRecord:
-    """What we emitted for one turn, to find it again in the agent's message history."""
+    """What we emitted for one turn, to find it again in the agent's message history, plus the
+    chat-template view of the turn (the messages before it and the parsed output) for audits."""
 
     position: int
     signature: tuple[Any, ...]
+    prompt_messages: list[dict[str, Any]]
+    assistant: dict[str, Any]
 
 
 def _message_signature(content: Sequence[Mapping[str, Any]]) -> tuple[Any, ...]:
@@ -172,6 +175,15 @@ class SGLangModel(Model):
     def rollout(self) -> TokenTrajectory:
         """strands-sglang >= 0.4 name for :attr:`trajectory`."""
         return self.trajectory
+
+    def transcript(self) -> list[dict[str, Any]]:
+        """The episode as chat-template messages (system, user, parsed assistant turns, tool results):
+        what a text-based pipeline would re-render. Used by the drift audit."""
+        messages: list[dict[str, Any]] = []
+        for record in self._outputs:
+            messages.extend(record.prompt_messages)
+            messages.append(record.assistant)
+        return messages
 
     def update_config(self, **model_config: Any) -> None:
         if "params" in model_config:
@@ -278,7 +290,7 @@ class SGLangModel(Model):
         messages: Messages,
         tool_specs: list[ToolSpec] | None,
         system_prompt: str | None,
-    ) -> tuple[bool, list[int], str]:
+    ) -> tuple[bool, list[int], str, list[dict[str, Any]]]:
         initial, new_messages = self._new_messages(messages)
         if not initial and not new_messages:
             raise TrajectoryDesyncError(
@@ -303,7 +315,9 @@ class SGLangModel(Model):
             text = await self.templater.render_async(
                 lambda: self.templater.continuation_text(template_messages, last), size
             )
-        return initial, await self.templater.encode_async(text), text
+        if initial and system_prompt:
+            template_messages = [{"role": "system", "content": system_prompt}, *template_messages]
+        return initial, await self.templater.encode_async(text), text, template_messages
 
     async def _context_limit(self) -> int | None:
         limits = [self.config.get("context_window_limit")]
@@ -337,7 +351,9 @@ class SGLangModel(Model):
         if system_prompt is None and system_prompt_content:
             system_prompt = "".join(str(b["text"]) for b in system_prompt_content if "text" in b) or None
 
-        initial, delta, prompt_text = await self._prompt_delta(messages, tool_specs, system_prompt)
+        initial, delta, prompt_text, turn_messages = await self._prompt_delta(
+            messages, tool_specs, system_prompt
+        )
         input_ids = self.trajectory.token_ids + delta
         params = self._turn_sampling_params(initial, delta, len(input_ids), await self._context_limit())
 
@@ -367,7 +383,7 @@ class SGLangModel(Model):
         self.stats.prompt_tokens += response.prompt_tokens or 0
         self.stats.cached_tokens += response.cached_tokens
         self.stats.completion_tokens += response.completion_tokens
-        async for event in self._emit(messages, response, tool_specs, prompt_text):
+        async for event in self._emit(messages, response, tool_specs, prompt_text, turn_messages):
             yield event
 
     def _turn_sampling_params(
@@ -404,6 +420,7 @@ class SGLangModel(Model):
         response: GenerateResponse,
         tool_specs: list[ToolSpec] | None,
         prompt_text: str,
+        turn_messages: list[dict[str, Any]],
     ) -> AsyncGenerator[StreamEvent, None]:
         output_ids = response.output_ids
         body = (
@@ -446,7 +463,22 @@ class SGLangModel(Model):
             yield {"contentBlockDelta": {"delta": {"toolUse": {"input": _json(arguments)}}}}
             yield {"contentBlockStop": {}}
             content.append({"toolUse": {"toolUseId": tool_use_id, "name": call.name, "input": arguments}})
-        self._outputs.append(_OutputRecord(position=len(messages), signature=_message_signature(content)))
+        assistant: dict[str, Any] = {"role": "assistant", "content": visible}
+        if parsed.reasoning is not None:
+            assistant["reasoning_content"] = parsed.reasoning
+        if calls:
+            assistant["tool_calls"] = [
+                {"type": "function", "function": {"name": c.name, "arguments": c.arguments or {}}}
+                for c in calls
+            ]
+        self._outputs.append(
+            _OutputRecord(
+                position=len(messages),
+                signature=_message_signature(content),
+                prompt_messages=turn_messages,
+                assistant=assistant,
+            )
+        )
 
         if finish == "length":
             stop_reason = "max_tokens"

@@ -286,8 +286,10 @@ def _describe(exc: BaseException) -> str:
     return f"{type(root).__name__}: {root}"[:2000]
 
 
-def _preset_reward(args: Any, value: float) -> Any:
-    key = getattr(args, "reward_key", None)
+def _preset_reward(args: Any, value: float, evaluation: bool = False) -> Any:
+    key = (getattr(args, "eval_reward_key", None) if evaluation else None) or getattr(
+        args, "reward_key", None
+    )
     if key:
         return {key: value, "score": value, "acc": False, "pred": None}
     return value
@@ -364,7 +366,9 @@ def _fill_sample(
     if outcome.infra_error and not outcome.aborted_by_slime:
         sample.status = slime_compat.status(sample, "FAILED")
         sample.remove_sample = True
-        sample.reward = _preset_reward(args, config.infra_failure_reward)
+        sample.reward = _preset_reward(args, config.infra_failure_reward, evaluation)
+        # slime logs raw_reward when any sample has it; keep it numeric on every sample
+        sample.metadata["raw_reward"] = config.infra_failure_reward
     return sample
 
 
@@ -429,4 +433,5 @@ def _fill_dead(args: Any, sample: Any, config: RolloutConfig, reason: str) -> No
     sample.reward = _preset_reward(args, config.infra_failure_reward)
     metadata = dict(getattr(sample, "metadata", None) or {})
     metadata["infra_error"] = reason
+    metadata["raw_reward"] = config.infra_failure_reward
     sample.metadata = metadata

@@ -1,0 +1,36 @@
+"""Shared test helpers: scripted transcripts in Qwen3's tool-call format."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+def tool_call(code: str, name: str = "execute_python_code") -> str:
+    return "<tool_call>\n" + json.dumps({"name": name, "arguments": {"code": code}}) + "\n</tool_call>"
+
+
+def think(text: str, content: str) -> str:
+    return f"<think>\n{text}\n</think>\n\n{content}"
+
+
+def solve_with_tool(match: str, code: str, answer: str) -> dict[str, Any]:
+    """A two-turn transcript: one Python call, then the boxed answer."""
+    return {
+        "match": match,
+        "replies": [
+            think("I should compute this.", f"Let me run it.\n{tool_call(code)}"),
+            think("The tool printed the result.", f"The result is {answer}.\n\nAnswer: \\boxed{{{answer}}}"),
+        ],
+    }
+
+
+def split_runs(mask: list[int]) -> list[tuple[int, int, int]]:
+    """``(value, start, end)`` runs of equal mask values."""
+    runs: list[tuple[int, int, int]] = []
+    start = 0
+    for i in range(1, len(mask) + 1):
+        if i == len(mask) or mask[i] != mask[start]:
+            runs.append((mask[start], start, i))
+            start = i
+    return runs
