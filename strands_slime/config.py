@@ -79,6 +79,9 @@ class RolloutConfig(BaseModel):
     max_context_len: int | None = Field(
         None, gt=0, description="Context limit; default: args.rollout_max_context_len / the server's."
     )
+    keep_transcript: bool = Field(
+        False, description="Store the parsed conversation in sample.metadata['transcript'] (drift audits)."
+    )
     infra_failure_reward: float = Field(
         0.0,
         description="Reward preset on samples lost to infrastructure failures (they are removed from training).",

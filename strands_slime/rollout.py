@@ -173,6 +173,9 @@ _EPISODE_KEYS = frozenset(
         "masked_null_logprobs",
         "retried_turns",
         "evaluation",
+        "transcript",
+        "raw_reward",
+        "generate_seconds",
     }
 )
 
@@ -356,6 +359,8 @@ def _fill_sample(
     )
     if outcome.status == "TRUNCATED":
         metadata["truncation"] = outcome.finish_reason
+    if config.keep_transcript and model is not None:
+        metadata["transcript"] = model.transcript()
     sample.metadata = metadata
     sample.non_generation_time = float(getattr(tool_stats, "seconds", 0.0))
     cache = getattr(sample, "prefix_cache_info", None)
