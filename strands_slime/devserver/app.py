@@ -135,7 +135,7 @@ class DevServer:
         port: int = 0,
         script: Script | list[Any] | dict[str, Any] | str | Path | None = None,
         model: Any = None,
-        tokenizer: str | None = None,
+        tokenizer: Any = None,
         context_length: int | None = None,
         max_running_requests: int | None = None,
         max_queued_requests: int | None = None,
@@ -198,8 +198,12 @@ class DevServer:
         """Load the tokenizer and model (blocking; runs in a worker thread)."""
         if isinstance(self._backend_choice, Backend):
             return self._backend_choice
-        from strands_slime.devserver.tokens import TokenizerWorker
-        from strands_slime.tokenizer import load_tokenizer
+        from strands_slime.devserver.tokens import TokenizerWorker, load_devserver_tokenizer
+
+        def load_tokenizer(path: Any) -> Any:
+            if path is None or isinstance(path, (str, Path)):
+                return load_devserver_tokenizer(None if path is None else str(path))
+            return path  # an already loaded tokenizer object
 
         tokenizer_path = self._tokenizer_path
         if self._backend_choice == "hf":

@@ -9,22 +9,84 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, TypeVar
-
-if TYPE_CHECKING:
-    from transformers import PreTrainedTokenizerBase
+from pathlib import Path
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
 ENDOFTEXT = "<|endoftext|>"
 
 
+class RustTokenizer:
+    """The few tokenizer calls the dev server needs, straight on a ``tokenizers.Tokenizer``.
+
+    Loading ``tokenizer.json`` this way skips importing transformers (which imports torch when it
+    is installed), so a scripted server starts in about a second instead of several. Encoding and
+    decoding equal the transformers fast tokenizer built from the same files (tested).
+    """
+
+    def __init__(self, directory: str | Path) -> None:
+        from tokenizers import Tokenizer
+
+        directory = Path(directory)
+        self.name_or_path = str(directory)
+        self._tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
+        config_path = directory / "tokenizer_config.json"
+        config = json.loads(config_path.read_text(encoding="utf-8")) if config_path.exists() else {}
+        self.eos_token_id = self._special_id(config.get("eos_token"))
+        self.unk_token_id = self._special_id(config.get("unk_token"))
+        self.added_tokens_decoder = self._tokenizer.get_added_tokens_decoder()
+
+    def _special_id(self, token: Any) -> int | None:
+        if isinstance(token, dict):
+            token = token.get("content")
+        return self._tokenizer.token_to_id(token) if isinstance(token, str) else None
+
+    def __len__(self) -> int:
+        return self._tokenizer.get_vocab_size(with_added_tokens=True)
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return self._tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
+
+    def decode(
+        self,
+        ids: Sequence[int],
+        skip_special_tokens: bool = False,
+        spaces_between_special_tokens: bool = True,
+    ) -> str:
+        return self._tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    def convert_ids_to_tokens(self, token_id: int) -> str | None:
+        return self._tokenizer.id_to_token(token_id)
+
+    def convert_tokens_to_ids(self, token: str) -> int | None:
+        return self._tokenizer.token_to_id(token)
+
+    def get_vocab(self) -> dict[str, int]:
+        return self._tokenizer.get_vocab(with_added_tokens=True)
+
+
+@functools.lru_cache(maxsize=8)
+def load_devserver_tokenizer(name_or_path: str | None = None) -> Any:
+    """The bundled Qwen3 tokenizer (None/"qwen3") or a local directory, loaded once per process.
+
+    Directories with a ``tokenizer.json`` use :class:`RustTokenizer`; others go through transformers.
+    """
+    from strands_slime.tokenizer import load_tokenizer, resolve_tokenizer_path
+
+    path = Path(resolve_tokenizer_path(name_or_path))
+    if (path / "tokenizer.json").exists():
+        return RustTokenizer(path)
+    return load_tokenizer(str(path))
+
+
 class TokenizerWorker:
     """A tokenizer plus the single thread that runs it."""
 
-    def __init__(self, tokenizer: PreTrainedTokenizerBase) -> None:
+    def __init__(self, tokenizer: Any) -> None:
         self.tokenizer = tokenizer
         self.vocab_size = len(tokenizer)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="devserver-tokenizer")
