@@ -1,0 +1,110 @@
+"""Running the dev server: command line, subprocess helper and background thread."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from strands_slime.client import SGLangClient
+from strands_slime.devserver import URL_LINE_PREFIX, DevServerProcess, DevServerThread, serve_main
+
+
+def post_json(url: str, payload: dict) -> dict:
+    request = urllib.request.Request(
+        url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read())
+
+
+def test_help_and_usage_errors_return_codes(capsys):
+    assert serve_main(["--help"]) == 0
+    assert "--token-latency" in capsys.readouterr().out
+    assert serve_main(["--backend", "nope"]) == 2
+    assert serve_main(["--latency", "-1"]) == 2
+
+
+def test_missing_script_file_is_reported(capsys, tmp_path):
+    assert serve_main(["--script", str(tmp_path / "missing.yaml"), "--port", "0"]) == 2
+    assert "cannot read script" in capsys.readouterr().err
+
+
+def test_subprocess_prints_url_and_serves(tmp_path):
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([{"replies": ["from a child process"]}]))
+    started = time.perf_counter()
+    with DevServerProcess(
+        ["--backend", "scripted", "--script", str(script), "--weight-version", "w1"]
+    ) as server:
+        startup = time.perf_counter() - started
+        assert server.url.startswith("http://127.0.0.1:")
+        body = post_json(server.url + "/generate", {"input_ids": [1, 2, 3]})
+        assert body["text"] == "from a child process" and body["meta_info"]["weight_version"] == "w1"
+        process = server.process
+    assert process is not None and process.poll() is not None  # killed on exit
+    assert startup < 10, startup
+
+
+def test_module_entry_point_prints_a_parseable_url_line():
+    process = subprocess.Popen(
+        [sys.executable, "-m", "strands_slime.devserver", "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert line.startswith(URL_LINE_PREFIX) and line.strip().split("=", 1)[1].startswith("http://")
+    finally:
+        process.terminate()
+        assert process.wait(timeout=10) == 0  # SIGTERM is a clean shutdown
+        process.stdout.close()
+
+
+def test_subprocess_failure_carries_stderr(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("[]")
+    with (
+        pytest.raises(RuntimeError, match="non-empty list of rules"),
+        DevServerProcess(["--script", str(bad)]),
+    ):
+        pass
+
+
+def test_hf_subprocess_starts_fast_and_answers_a_1k_prompt():
+    started = time.perf_counter()
+    with DevServerProcess(["--backend", "hf", "--context-length", "8192"]) as server:
+        startup = time.perf_counter() - started
+        body = post_json(
+            server.url + "/generate",
+            {
+                "input_ids": [(7 * i) % 150000 + 10 for i in range(1024)],
+                "sampling_params": {"max_new_tokens": 8},
+            },
+        )
+    assert body["meta_info"]["prompt_tokens"] == 1024 and body["output_ids"]
+    assert startup < 10, startup
+
+
+def test_thread_runner_for_sync_callers():
+    with DevServerThread("scripted", script=[{"replies": ["threaded"]}]) as server:
+        assert post_json(server.url + "/generate", {"input_ids": [4, 5]})["text"] == "threaded"
+        server.inject_fault(status=503)
+        with pytest.raises(urllib.error.HTTPError) as caught:
+            post_json(server.url + "/generate", {"input_ids": [4, 5]})
+        assert caught.value.code == 503
+        assert [entry["status"] for entry in server.request_log] == [200, 503]
+        server.clear_request_log()
+        assert server.request_log == []
+
+
+async def test_async_use_of_the_subprocess_helper():
+    async with DevServerProcess([]) as server, SGLangClient(server.url, max_retries=0) as client:
+        assert await client.health()
+        assert (await client.generate([1, 2], {})).text == "Hello from the strands_slime dev server."
