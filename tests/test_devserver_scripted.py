@@ -292,3 +292,18 @@ def test_scripted_server_does_not_import_torch():
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
     assert result.stdout.strip() == "False"
+
+
+async def test_prompt_text_is_exact_across_a_split_character(qwen3_tokenizer):
+    """Turn 2 reuses turn 1's decoded text only at a clean character boundary."""
+    script = [{"match": "你好", "replies": ["found"]}, {"replies": ["nope"]}]
+    byte_pieces = qwen3_tokenizer.convert_ids_to_tokens(108386)  # "你好" as 6 byte-level characters
+    byte_ids = qwen3_tokenizer.convert_tokens_to_ids(list(byte_pieces))
+    head = qwen3_tokenizer.encode("<|im_start|>user\n", add_special_tokens=False)
+    async with (
+        DevServer("scripted", script=script) as server,
+        SGLangClient(server.url, max_retries=0) as client,
+    ):
+        assert (await client.generate(head + byte_ids[:2], {})).text == "nope"  # ends mid-character
+        assert (await client.generate(head + byte_ids, {})).text == "found"
+        assert (await client.generate(head + byte_ids + [198], {})).text == "found"  # clean seam reused

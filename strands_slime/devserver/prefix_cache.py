@@ -26,7 +26,7 @@ class _Entry:
 class PrefixCache:
     """Finished sequences (with an optional payload such as KV tensors), looked up by prefix."""
 
-    def __init__(self, capacity_tokens: int, *, block_size: int = 32, candidates_per_block: int = 16) -> None:
+    def __init__(self, capacity_tokens: int, *, block_size: int = 64, candidates_per_block: int = 16) -> None:
         if capacity_tokens < 0:
             raise ValueError(f"capacity_tokens must be >= 0, got {capacity_tokens}")
         self.capacity_tokens = capacity_tokens
@@ -53,13 +53,15 @@ class PrefixCache:
             keys.append(key)
         return keys
 
-    def lookup(self, tokens: Sequence[int], max_len: int) -> tuple[int, Any]:
+    def lookup(self, tokens: Sequence[int], max_len: int, *, record: bool = True) -> tuple[int, Any]:
         """Length of the longest cached prefix of ``tokens`` (at most ``max_len``) and its payload.
 
-        The payload belongs to a sequence that starts with the returned number of tokens.
+        The payload belongs to a sequence that starts with the returned number of tokens. With
+        ``record=False`` the lookup neither counts in the hit statistics nor refreshes the LRU order.
         """
-        self.lookups += 1
-        self.queried_tokens += len(tokens)
+        if record:
+            self.lookups += 1
+            self.queried_tokens += len(tokens)
         limit = min(len(tokens), max_len)
         if limit <= 0 or not self._entries:
             return 0, None
@@ -90,8 +92,9 @@ class PrefixCache:
             return 0, None
         if boundary and self._entries[best_id].tokens[:boundary] != tuple(tokens[:boundary]):
             return 0, None  # a hash collision, not a shared prefix
-        self._entries.move_to_end(best_id)
-        self.hit_tokens += best_len
+        if record:
+            self._entries.move_to_end(best_id)
+            self.hit_tokens += best_len
         return best_len, self._entries[best_id].payload
 
     def insert(self, tokens: Sequence[int], payload: Any = None) -> None:

@@ -95,6 +95,17 @@ class TokenizerWorker:
     def name_or_path(self) -> str:
         return str(getattr(self.tokenizer, "name_or_path", "") or "")
 
+    def decodes_by_concatenation(self) -> bool:
+        """True for byte-level tokenizers: decode(a + b) == decode(a) + decode(b) at a character
+        boundary. Others (SentencePiece strips a leading space) must decode whole sequences."""
+        backend = getattr(self.tokenizer, "_tokenizer", None) or getattr(
+            self.tokenizer, "backend_tokenizer", None
+        )
+        decoder = getattr(backend, "decoder", None)
+        return type(decoder).__name__ == "ByteLevel" and not getattr(
+            self.tokenizer, "clean_up_tokenization_spaces", False
+        )
+
     def default_eos_ids(self) -> set[int]:
         """``eos_token_id`` plus ``<|endoftext|>`` when the vocabulary has it (Qwen stops on both)."""
         ids: set[int] = set()

@@ -8,10 +8,8 @@ reply the last one repeats. See docs/devserver.md for the file format.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
-from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -205,9 +203,8 @@ def noncanonical_ids(tokens: TokenizerWorker, text: str, vocab: dict[str, int]) 
 
 
 def prompt_key(prompt_ids: Sequence[int]) -> int:
-    """A stable 64-bit key of a prompt (the same across processes and Python versions)."""
-    digest = hashlib.blake2b(array("q", prompt_ids).tobytes(), digest_size=8).digest()
-    return int.from_bytes(digest, "little")
+    """A 64-bit key of a prompt, the same in every process (int and tuple hashes are not salted)."""
+    return hash(tuple(prompt_ids)) & _MASK64
 
 
 def scripted_logprob(key: int, position: int, token_id: int) -> float:
@@ -263,6 +260,10 @@ class ScriptedBackend(Backend):
         self.default_context_length = context_length or DEFAULT_CONTEXT_LENGTH
         self.prefix_cache = PrefixCache(prefix_cache_tokens)
         self.reply_ids = self._tokenize_replies()
+        first = self.script.rules[0]
+        # One catch-all rule with one reply: the prompt text cannot change the answer.
+        self._needs_prompt_text = not (first.match is None and len(first.replies) == 1)
+        self._concatenable = tokens.decodes_by_concatenation()
 
     def _tokenize_replies(self) -> list[list[tuple[int, ...]]]:
         vocab: dict[str, int] | None = None
@@ -298,12 +299,30 @@ class ScriptedBackend(Backend):
         return table
 
     async def prepare(self, request: GenerationRequest) -> None:
-        text = await self.tokens.decode(request.input_ids, skip_special_tokens=False)
+        if not self._needs_prompt_text:
+            request.backend_state = _ScriptedState(self.reply_ids[0][0], None)
+            return
+        text = await self._prompt_text(request.input_ids)
         try:
             rule_index, reply_index = self.script.select(text)
         except ScriptError as exc:
             raise ProtocolError.value(str(exc)) from None
-        request.backend_state = self.reply_ids[rule_index][reply_index]
+        request.backend_state = _ScriptedState(self.reply_ids[rule_index][reply_index], text)
+
+    async def _prompt_text(self, ids: list[int]) -> str:
+        """The prompt decoded with special tokens, reusing the text of a cached earlier turn.
+
+        Byte-level decoding concatenates exactly at a character boundary, so only the new tokens
+        are decoded when a cached sequence's prompt is a prefix of this one (no U+FFFD at the seam).
+        """
+        if self._concatenable:
+            matched, payload = self.prefix_cache.lookup(ids, len(ids), record=False)
+            if payload is not None and payload[0] <= matched and not payload[1].endswith("\ufffd"):
+                known, prefix_text = payload
+                suffix = await self.tokens.decode(ids[known:]) if known < len(ids) else ""
+                if not suffix.startswith("\ufffd"):
+                    return prefix_text + suffix
+        return await self.tokens.decode(ids, skip_special_tokens=False)
 
     def open(self, request: GenerationRequest) -> Generation:
         return _ScriptedGeneration(self, request)
@@ -323,11 +342,19 @@ class ScriptedBackend(Backend):
         return self.prefix_cache.stats()
 
 
+@dataclass(frozen=True, slots=True)
+class _ScriptedState:
+    reply: tuple[int, ...]
+    prompt_text: str | None
+
+
 class _ScriptedGeneration(Generation):
     def __init__(self, backend: ScriptedBackend, request: GenerationRequest) -> None:
         self.backend = backend
         self.request = request
-        self.reply: tuple[int, ...] = request.backend_state or ()
+        state: _ScriptedState = request.backend_state
+        self.reply = state.reply
+        self.prompt_text = state.prompt_text
         self.position = 0
         self.key = prompt_key(request.input_ids)
 
@@ -380,4 +407,5 @@ class _ScriptedGeneration(Generation):
     async def close(self, output_ids: list[int]) -> None:
         # Like SGLang's radix cache: everything that has KV, i.e. all but the last sampled token.
         sequence = self.request.input_ids + output_ids[:-1]
-        self.backend.prefix_cache.insert(sequence)
+        payload = None if self.prompt_text is None else (len(self.request.input_ids), self.prompt_text)
+        self.backend.prefix_cache.insert(sequence, payload)
