@@ -382,7 +382,11 @@ class _HFGeneration(Generation):
                 probs = torch.zeros_like(probs).scatter_(0, order, ordered)
             if params.min_p > 0:
                 probs[probs < params.min_p * probs.max()] = 0.0
-            token = int(torch.multinomial(probs, 1, generator=self.generator))
+            # Inverse-CDF draw: one uniform number instead of torch.multinomial, which costs ~20 ms
+            # over a 152k vocabulary on a small CPU. Zero-probability tokens can never be drawn.
+            cumulative = torch.cumsum(probs, dim=0)
+            threshold = torch.rand((), generator=self.generator) * cumulative[-1]
+            token = min(int(torch.searchsorted(cumulative, threshold, right=True)), probs.shape[-1] - 1)
             logprobs = torch.log_softmax(logits, dim=-1) if self.backend.return_original_logprob else scaled
         top, wanted = self._extras(logprobs)
         return TokenStep(
