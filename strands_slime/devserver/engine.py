@@ -8,6 +8,7 @@ docs/devserver.md says.
 from __future__ import annotations
 
 import asyncio
+import copy
 import math
 import re
 import time
@@ -265,7 +266,14 @@ class OutputRenderer:
     async def render(
         self, request: GenerationRequest, *, weight_version: str, final: bool = True
     ) -> dict[str, Any]:
-        return await self.tokens.run(self._render_sync, request, final=final, weight_version=weight_version)
+        # A streamed request keeps growing on the loop while the tokenizer thread renders: hand it a
+        # consistent snapshot of the output lists.
+        snapshot = copy.copy(request)
+        snapshot.output_ids = list(request.output_ids)
+        snapshot.output_logprobs = list(request.output_logprobs)
+        snapshot.output_top_logprobs = list(request.output_top_logprobs)
+        snapshot.output_token_ids_logprobs = list(request.output_token_ids_logprobs)
+        return await self.tokens.run(self._render_sync, snapshot, final=final, weight_version=weight_version)
 
 
 def render_queued_abort(request: GenerationRequest, weight_version: str) -> dict[str, Any]:
