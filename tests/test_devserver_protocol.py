@@ -876,3 +876,38 @@ async def test_http_errors_are_typed_by_the_client(server, client):
     with pytest.raises(SGLangHTTPError) as caught:
         await client.generate([1, 2], {"top_p": 0})
     assert caught.value.status == 400 and not caught.value.retryable
+
+
+def test_request_log_bounds_bytes_and_keeps_raw_bodies():
+    from strands_slime.devserver.app import RequestLog
+
+    log = RequestLog(max_entries=100, max_bytes=60)
+    for i in range(4):
+        log.set_body(log.add({"n": str(i)}), json.dumps({"input_ids": [i] * 5}).encode())  # 30 bytes each
+    assert [entry["headers"]["n"] for entry in log.entries()] == ["2", "3"]
+    unparsable = log.add({})
+    log.set_body(unparsable, b"{oops")
+    assert log.entries()[-1] == {"json": None, "headers": {}, "status": None}
+    assert log.clear() == 2 and log.entries() == []
+
+
+async def test_pause_abort_mode_aborts_running_requests(slow_server, slow_client, qwen3_tokenizer):
+    running = asyncio.create_task(slow_client.generate(chat(qwen3_tokenizer, "LONG"), {}))
+    await asyncio.sleep(0.1)
+    status, _ = await post(slow_server, {"mode": "abort"}, "/pause_generation")
+    assert status == 200 and (await running).is_abort
+    status, body = await post(slow_server, {"mode": "sideways"}, "/pause_generation")
+    assert status == 400 and "mode must be one of" in body["error"]["message"]
+    await post(slow_server, {}, "/continue_generation")
+    assert (await slow_client.generate([1, 2, 3], {"max_new_tokens": 1})).completion_tokens == 1
+
+
+async def test_stream_disconnect_aborts_the_request(slow_server, slow_client, qwen3_tokenizer):
+    payload = {"input_ids": chat(qwen3_tokenizer, "LONG"), "stream": True}
+    async with aiohttp.ClientSession() as session:
+        resp = await session.post(slow_server.url + "/generate", json=payload)
+        first = await resp.content.readline()
+        assert first.startswith(b"data: ")
+        resp.close()  # hang up mid-stream
+    response = await asyncio.wait_for(slow_client.generate([1, 2, 3], {"max_new_tokens": 2}), 2)
+    assert response.completion_tokens == 2

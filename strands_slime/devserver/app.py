@@ -113,6 +113,69 @@ class Fault:
         return ProtocolError.for_status(self.status, self.message or default)
 
 
+@dataclass(slots=True)
+class _LoggedRequest:
+    headers: dict[str, str]
+    raw: bytes = b""
+    status: int | None = None
+    evicted: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        try:
+            body = json.loads(self.raw) if self.raw else None
+        except ValueError:
+            body = None
+        return {"json": body, "headers": self.headers, "status": self.status}
+
+
+class RequestLog:
+    """The last ``max_entries`` ``/generate`` requests, also capped by body bytes.
+
+    Bodies are kept as raw bytes and decoded when read: a parsed 5k-token prompt costs ~36 bytes per
+    token in Python objects, which long benchmarks cannot afford ten thousand times.
+    """
+
+    def __init__(self, max_entries: int, max_bytes: int = 256 * 1024 * 1024) -> None:
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self._entries: collections.deque[_LoggedRequest] = collections.deque()
+        self._bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def add(self, headers: dict[str, str]) -> _LoggedRequest:
+        entry = _LoggedRequest(headers=headers)
+        self._entries.append(entry)
+        self._trim()
+        return entry
+
+    def set_body(self, entry: _LoggedRequest, raw: bytes) -> None:
+        entry.raw = raw
+        if not entry.evicted:
+            self._bytes += len(raw)
+            self._trim()
+
+    def _trim(self) -> None:
+        while len(self._entries) > self.max_entries or (
+            self._bytes > self.max_bytes and len(self._entries) > 1
+        ):
+            oldest = self._entries.popleft()
+            oldest.evicted = True
+            self._bytes -= len(oldest.raw)
+
+    def entries(self) -> list[dict[str, Any]]:
+        return [entry.as_dict() for entry in self._entries]
+
+    def clear(self) -> int:
+        count = len(self._entries)
+        for entry in self._entries:
+            entry.evicted = True
+        self._entries.clear()
+        self._bytes = 0
+        return count
+
+
 class _DroppedConnection(Exception):
     """Raised inside a handler after the socket was closed on purpose."""
 
@@ -181,7 +244,7 @@ class DevServer:
         self._served_model_name = served_model_name
         self._prefix_cache_tokens = prefix_cache_tokens
         self.return_original_logprob = return_original_logprob
-        self._log: collections.deque[dict[str, Any]] = collections.deque(maxlen=request_log_size)
+        self._log = RequestLog(request_log_size)
         self._faults: collections.deque[Fault] = collections.deque()
         self._rng = random.Random(seed)
         self._runner: web.AppRunner | None = None
@@ -303,7 +366,7 @@ class DevServer:
     @property
     def request_log(self) -> list[dict[str, Any]]:
         """Every received ``/generate`` request, oldest first: ``{"json", "headers", "status"}``."""
-        return list(self._log)
+        return self._log.entries()
 
     def clear_request_log(self) -> None:
         self._log.clear()
@@ -399,15 +462,14 @@ class DevServer:
     # ------------------------------------------------------------------ /generate
 
     async def _handle_generate(self, request: web.Request) -> web.StreamResponse:
-        entry: dict[str, Any] = {"json": None, "headers": self._headers(request), "status": None}
-        self._log.append(entry)
+        entry = self._log.add(self._headers(request))
         try:
             raw = await request.read()
+            self._log.set_body(entry, raw)
             body: Any = None
             decode_error: ProtocolError | None = None
             try:
                 body = json.loads(raw)
-                entry["json"] = body
             except ValueError as exc:
                 decode_error = ProtocolError.pydantic(f"JSON decode error: {exc}")
             fault = self._take_fault()
@@ -417,13 +479,13 @@ class DevServer:
                 raise decode_error
             parsed = parse_generate(body)
             if parsed.stream:
-                entry["status"] = 200
+                entry.status = 200
                 return await self._stream(request, parsed)
             result = await self._run(parsed)
-            entry["status"] = 200
+            entry.status = 200
             return web.json_response(result, dumps=_dumps)
         except ProtocolError as exc:
-            entry["status"] = exc.status
+            entry.status = exc.status
             return self._error(exc)
         except _DroppedConnection:
             raise asyncio.CancelledError from None
@@ -803,9 +865,7 @@ class DevServer:
         return web.json_response(self.request_log, dumps=_dumps)
 
     async def _handle_dev_requests_clear(self, request: web.Request) -> web.Response:
-        cleared = len(self._log)
-        self._log.clear()
-        return web.json_response({"cleared": cleared}, dumps=_dumps)
+        return web.json_response({"cleared": self._log.clear()}, dumps=_dumps)
 
     async def _handle_dev_faults(self, request: web.Request) -> web.Response:
         return web.json_response([fault.describe() for fault in self._faults], dumps=_dumps)

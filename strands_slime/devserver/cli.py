@@ -73,6 +73,9 @@ def build_parser(prog: str = "python -m strands_slime.devserver") -> argparse.Ar
         default=None,
         help="hf: logprobs before temperature (SGLANG_RETURN_ORIGINAL_LOGPROB)",
     )
+    parser.add_argument(
+        "--request-log-size", type=_positive_int, default=10_000, help="requests kept for GET /dev/requests"
+    )
     parser.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"))
     return parser
 
@@ -99,6 +102,7 @@ async def _serve(args: argparse.Namespace) -> int:
         served_model_name=args.served_model_name,
         prefix_cache_tokens=args.prefix_cache_tokens,
         return_original_logprob=args.return_original_logprob,
+        request_log_size=args.request_log_size,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
