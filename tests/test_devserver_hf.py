@@ -155,7 +155,10 @@ async def test_top_logprobs_rank_the_greedy_token_first(client):
         prompt_ids(12, offset=7),
         {"max_new_tokens": 3, "temperature": 0, "ignore_eos": True},
         top_logprobs_num=4,
+        logprob_start_len=8,
     )
+    input_rows = response.meta_info["input_top_logprobs"]
+    assert len(input_rows) == 4 and input_rows[0] is None and all(len(row) == 4 for row in input_rows[1:])
     for row, tok, value in zip(
         response.meta_info["output_top_logprobs"], response.output_ids, response.output_logprobs, strict=True
     ):

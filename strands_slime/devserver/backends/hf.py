@@ -310,7 +310,7 @@ class _HFGeneration(Generation):
                     logprobs = self._reported_logprobs(logits[low - position : high - position])
                     targets = torch.tensor(ids[low + 1 : high + 1], dtype=torch.long)
                     result.input_logprobs.extend(logprobs.gather(1, targets[:, None])[:, 0].tolist())
-                    for row in logprobs:
+                    for row in logprobs if request.top_logprobs_num or request.token_ids_logprob else ():
                         top, wanted = self._extras(row)
                         if result.input_top_logprobs is not None:
                             result.input_top_logprobs.append(top)
