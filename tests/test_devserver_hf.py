@@ -144,9 +144,13 @@ async def test_logit_bias_and_min_new_tokens(client):
     assert forced.output_ids == [151645] and forced.finish_reason.raw == {"type": "stop", "matched": 151645}
     assert forced.output_logprobs[0] > -1e-3
     delayed = await client.generate(
-        prompt, {"max_new_tokens": 8, "logit_bias": {"151645": 100.0}, "min_new_tokens": 3}
+        prompt,
+        {"max_new_tokens": 8, "logit_bias": {"151645": 100.0}, "min_new_tokens": 3},
+        token_ids_logprob=[151645],
     )
     assert len(delayed.output_ids) == 4 and delayed.output_ids[-1] == 151645
+    masked = [row[0][0] for row in delayed.meta_info["output_token_ids_logprobs"]]
+    assert masked[:3] == [None, None, None] and masked[3] > -1e-3  # -inf is sent as null
     assert 151645 not in delayed.output_ids[:3]
 
 

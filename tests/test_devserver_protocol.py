@@ -196,6 +196,7 @@ async def test_e2_unknown_sampling_param(server):
         ({"temperature": "hot"}, 'invalid type: string "hot", expected f64'),
         ({"stop_token_ids": 5}, "invalid type: integer `5`, expected a sequence"),
         ({"stop": 5}, "invalid type: integer `5`, expected a string or a sequence of strings"),
+        ({"json_schema": {"type": "object"}}, "invalid type: map, expected a string"),
     ],
 )
 async def test_e2_wrong_json_types(server, params, message):
@@ -281,6 +282,11 @@ async def test_routed_experts_start_len_out_of_range(server):
         ({"top_k": 0}, "top_k must be -1 (disable) or at least 1, got 0."),
         ({"max_new_tokens": -1}, "max_new_tokens must be at least 0, got -1."),
         ({"regex": "a+", "ebnf": "x"}, "Only one of json_schema, regex, ebnf, or structural_tag can be set."),
+        ({"stop": [str(i) for i in range(33)]}, "stop must have at most 32 strings, got 33."),
+        (
+            {"json_schema": "{}"},
+            "The dev server does not implement constrained decoding (json_schema); use a real SGLang server.",
+        ),
     ],
 )
 async def test_e3_verify_messages(server, params, message):
