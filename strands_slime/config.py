@@ -73,8 +73,8 @@ class RolloutConfig(BaseModel):
     tokenizer_path: str | None = Field(None, description="Tokenizer to use instead of args.hf_checkpoint.")
     routing: Literal["auto", "always", "never"] = Field(
         "auto",
-        description="Send X-SMG-Routing-Key = sample.session_id: auto = when slime's router policy is "
-        "consistent_hashing.",
+        description="Send X-SMG-Routing-Key = sample.session_id (all turns of an episode on one engine's "
+        "prefix cache): auto = when slime's --router-policy is consistent_hashing or manual.",
     )
     max_context_len: int | None = Field(
         None, gt=0, description="Context limit; default: args.rollout_max_context_len / the server's."

@@ -32,6 +32,8 @@ from .tokenizer import load_tokenizer
 logger = logging.getLogger(__name__)
 
 _CLIENTS: dict[tuple[Any, ...], SGLangClient] = {}
+STICKY_ROUTER_POLICIES = ("consistent_hashing", "manual")
+"""Router policies that pin requests carrying the same ``X-SMG-Routing-Key`` to one engine."""
 _LOGGED_ERRORS: set[str] = set()
 
 
@@ -198,7 +200,7 @@ def _budgets(args: Any, config: RolloutConfig, evaluation: bool) -> tuple[int | 
 
 def _routing_key(args: Any, sample: Any, config: RolloutConfig) -> str | None:
     wanted = config.routing == "always" or (
-        config.routing == "auto" and getattr(args, "router_policy", None) == "consistent_hashing"
+        config.routing == "auto" and getattr(args, "router_policy", None) in STICKY_ROUTER_POLICIES
     )
     if not wanted:
         return None

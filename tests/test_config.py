@@ -1,0 +1,74 @@
+"""Rollout configuration: sources, precedence, validation messages."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from strands_slime.config import CONFIG_ENV, ConfigError, RolloutConfig, get_rollout_config, load_config
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_shipped_config_is_valid_and_matches_the_slime_example() -> None:
+    config = load_config(REPO / "configs" / "strands_math.yaml")
+    assert config.max_tool_iters == 5 and config.tool_parser == "hermes"
+    assert config.sandbox.timeout_s == 60 and config.reward.shaping == "strands_example"
+
+
+def test_defaults_without_any_source(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(CONFIG_ENV, raising=False)
+    assert get_rollout_config(SimpleNamespace()) == RolloutConfig()
+    assert get_rollout_config(None).max_tool_iters == 5
+
+
+def test_precedence_inline_then_path_then_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    env_file = tmp_path / "env.yaml"
+    env_file.write_text("max_tool_iters: 1\n")
+    arg_file = tmp_path / "arg.yaml"
+    arg_file.write_text("strands_slime:\n  max_tool_iters: 2\n")
+    monkeypatch.setenv(CONFIG_ENV, str(env_file))
+    assert get_rollout_config(SimpleNamespace()).max_tool_iters == 1
+    assert get_rollout_config(SimpleNamespace(strands_slime_config=str(arg_file))).max_tool_iters == 2
+    inline = SimpleNamespace(strands_slime={"max_tool_iters": 3}, strands_slime_config=str(arg_file))
+    assert get_rollout_config(inline).max_tool_iters == 3
+
+
+def test_file_changes_are_picked_up(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("max_tool_iters: 4\n")
+    args = SimpleNamespace(strands_slime_config=str(path))
+    assert get_rollout_config(args).max_tool_iters == 4
+    import os
+
+    path.write_text("max_tool_iters: 7\n")
+    os.utime(path, ns=(1, 10**18))
+    assert get_rollout_config(args).max_tool_iters == 7
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("max_tool_iters: many\n", "max_tool_iters"),
+        ("tool_parser: nope\n", "unknown tool parser"),
+        ("sandbox:\n  timeout_s: -1\n", "sandbox.timeout_s"),
+        ("reward:\n  shaping: wild\n", "reward.shaping"),
+        ("typo_key: 1\n", "typo_key"),
+        ("- a list\n", "must be a mapping"),
+        ("a: [unclosed\n", "not valid YAML"),
+        ("strands_slime: 3\n", "must be a mapping"),
+    ],
+)
+def test_invalid_configs_say_where_and_what(tmp_path: Path, content: str, message: str) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(content)
+    with pytest.raises(ConfigError, match=message) as info:
+        load_config(path)
+    assert str(path) in str(info.value) or "YAML" in str(info.value) or "mapping" in str(info.value)
+
+
+def test_missing_file_is_clear(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "nope.yaml")
