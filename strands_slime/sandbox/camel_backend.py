@@ -1,0 +1,134 @@
+"""Optional backend: camel-ai's ``SubprocessInterpreter``, for parity with slime's strands example.
+
+It runs each call as ``python <tempfile>`` with the caller's whole environment, no resource limits
+and no process-group kill; camel's API is synchronous, so each call holds one thread of a pool
+sized to ``max_concurrency``. Its single output string is split back into stdout, stderr and the
+exit code, which camel appends as text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from strands_slime.sandbox.config import SandboxConfig
+from strands_slime.sandbox.result import ExecutionResult, ResultKind
+
+_RETURN_CODE = re.compile(r"\(Execution failed with return code (-?\d+)\)$")
+_TIMED_OUT = re.compile(r"Process timed out after \d+ seconds and was terminated\.")
+
+
+def _truncate(text: str, limit: int) -> tuple[str, bool]:
+    data = text.encode("utf-8", errors="surrogatepass")
+    if len(data) <= limit:
+        return text, False
+    tail_bytes = limit // 4
+    head = data[: limit - tail_bytes].decode("utf-8", errors="replace")
+    tail = data[len(data) - tail_bytes :].decode("utf-8", errors="replace")
+    return f"{head}\n[... {len(data) - limit} bytes omitted ...]\n{tail}", True
+
+
+def parse_camel_output(output: str) -> tuple[str, str, int]:
+    """Split camel's ``stdout(stderr: ...)(Execution failed with return code N)`` string."""
+    exit_code = 0
+    match = _RETURN_CODE.search(output)
+    if match:
+        exit_code = int(match.group(1))
+        output = output[: match.start()]
+    stdout, marker, stderr = output.partition("(stderr: ")
+    if marker:
+        stderr = stderr[:-1] if stderr.endswith(")") else stderr
+        if not match and stderr:
+            exit_code = 0
+    return stdout, stderr, exit_code
+
+
+class CamelBackend:
+    """Runs code with camel's SubprocessInterpreter in a thread pool (no isolation)."""
+
+    def __init__(self, config: SandboxConfig) -> None:
+        self.config = config
+        self.capabilities: dict[str, Any] = {"backend": "camel", "isolation": "none"}
+        self._executor: ThreadPoolExecutor | None = None
+        self._interpreters: dict[int, Any] = {}
+
+    @property
+    def pid(self) -> None:
+        return None
+
+    async def start(self) -> None:
+        if self._executor is None:
+            try:
+                from camel.interpreters import SubprocessInterpreter  # noqa: F401
+            except ImportError as exc:
+                from strands_slime.sandbox.core import SandboxError
+
+                raise SandboxError(
+                    "the camel backend needs camel-ai: pip install 'strands-slime[camel]'"
+                ) from exc
+            self._executor = ThreadPoolExecutor(
+                max_workers=self.config.effective_max_concurrency, thread_name_prefix="camel-sandbox"
+            )
+
+    def _run_blocking(self, code: str, timeout_s: float) -> str:
+        from camel.interpreters import SubprocessInterpreter
+
+        interpreter = SubprocessInterpreter(
+            require_confirm=False,
+            print_stdout=False,
+            print_stderr=False,
+            execution_timeout=max(1, round(timeout_s)),
+        )
+        return interpreter.run(code, "python")
+
+    async def execute(self, code: str, timeout_s: float, cpu_s: float) -> ExecutionResult:
+        del cpu_s  # camel has no CPU limit
+        started = time.monotonic()
+        try:
+            await self.start()
+        except Exception as exc:
+            return ExecutionResult.failure(ResultKind.INFRA, str(exc))
+        loop = asyncio.get_running_loop()
+        try:
+            output = await loop.run_in_executor(self._executor, self._run_blocking, code, timeout_s)
+        except Exception as exc:  # camel raises InterpreterError for its own failures
+            return ExecutionResult.failure(
+                ResultKind.INFRA,
+                f"camel interpreter failed: {type(exc).__name__}: {exc}",
+                time.monotonic() - started,
+            )
+        duration = time.monotonic() - started
+        stdout, stderr, exit_code = parse_camel_output(output)
+        timed_out = bool(_TIMED_OUT.search(stderr))
+        stdout_bytes = len(stdout.encode("utf-8", errors="surrogatepass"))
+        stderr_bytes = len(stderr.encode("utf-8", errors="surrogatepass"))
+        stdout, stdout_cut = _truncate(stdout, self.config.max_output_bytes)
+        stderr, stderr_cut = _truncate(stderr, self.config.max_output_bytes)
+        if timed_out:
+            kind = ResultKind.TIMEOUT
+        elif exit_code < 0:
+            kind = ResultKind.KILLED
+        elif exit_code:
+            kind = ResultKind.ERROR
+        else:
+            kind = ResultKind.OK
+        return ExecutionResult(
+            stdout=stdout,
+            stderr=stderr,
+            exit_code=exit_code,
+            timed_out=timed_out,
+            truncated=stdout_cut or stderr_cut,
+            duration_s=duration,
+            kind=kind,
+            stdout_bytes=stdout_bytes,
+            stderr_bytes=stderr_bytes,
+            limit_s=timeout_s if timed_out else None,
+        )
+
+    async def close(self) -> None:
+        if self._executor is not None:
+            executor, self._executor = self._executor, None
+            await asyncio.to_thread(executor.shutdown, wait=True)
