@@ -21,14 +21,15 @@ _RETURN_CODE = re.compile(r"\(Execution failed with return code (-?\d+)\)$")
 _TIMED_OUT = re.compile(r"Process timed out after \d+ seconds and was terminated\.")
 
 
-def _truncate(text: str, limit: int) -> tuple[str, bool]:
+def _truncate(text: str, limit: int) -> tuple[str, int]:
+    """``text`` cut to its head and tail within ``limit`` bytes, and the bytes kept."""
     data = text.encode("utf-8", errors="surrogatepass")
     if len(data) <= limit:
-        return text, False
+        return text, len(data)
     tail_bytes = limit // 4
     head = data[: limit - tail_bytes].decode("utf-8", errors="replace")
     tail = data[len(data) - tail_bytes :].decode("utf-8", errors="replace")
-    return f"{head}\n[... {len(data) - limit} bytes omitted ...]\n{tail}", True
+    return f"{head}\n[... {len(data) - limit} bytes omitted ...]\n{tail}", limit
 
 
 def parse_camel_output(output: str) -> tuple[str, str, int]:
@@ -105,8 +106,8 @@ class CamelBackend:
         timed_out = bool(_TIMED_OUT.search(stderr))
         stdout_bytes = len(stdout.encode("utf-8", errors="surrogatepass"))
         stderr_bytes = len(stderr.encode("utf-8", errors="surrogatepass"))
-        stdout, stdout_cut = _truncate(stdout, self.config.max_output_bytes)
-        stderr, stderr_cut = _truncate(stderr, self.config.max_output_bytes)
+        stdout, stdout_kept = _truncate(stdout, self.config.max_output_bytes)
+        stderr, stderr_kept = _truncate(stderr, self.config.max_output_bytes)
         if timed_out:
             kind = ResultKind.TIMEOUT
         elif exit_code < 0:
@@ -120,11 +121,12 @@ class CamelBackend:
             stderr=stderr,
             exit_code=exit_code,
             timed_out=timed_out,
-            truncated=stdout_cut or stderr_cut,
+            truncated=stdout_kept < stdout_bytes or stderr_kept < stderr_bytes,
             duration_s=duration,
             kind=kind,
             stdout_bytes=stdout_bytes,
             stderr_bytes=stderr_bytes,
+            shown_bytes=stdout_kept + stderr_kept,
             limit_s=timeout_s if timed_out else None,
         )
 

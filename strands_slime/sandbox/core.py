@@ -104,8 +104,12 @@ class _OutputCapture:
             self.closed.set_result(None)
 
     @property
+    def kept(self) -> int:
+        return len(self._head) + min(len(self._tail), self._tail_bytes)
+
+    @property
     def truncated(self) -> bool:
-        return self.total > len(self._head) + min(len(self._tail), self._tail_bytes)
+        return self.total > self.kept
 
     def text(self) -> str:
         tail = bytes(self._tail[-self._tail_bytes :]) if self._tail_bytes else b""
@@ -659,6 +663,7 @@ class ZygoteBackend:
             max_rss_kb=message.get("max_rss_kb"),
             stdout_bytes=stdout.total,
             stderr_bytes=stderr.total,
+            shown_bytes=stdout.kept + stderr.kept,
             limit_s=limit_s,
             error=error,
         )

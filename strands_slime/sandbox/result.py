@@ -26,7 +26,7 @@ class ExecutionResult:
 
     ``stdout``/``stderr`` keep the head and tail of each stream (``max_output_bytes`` in total per
     stream, with an omission marker in between); ``stdout_bytes``/``stderr_bytes`` count everything
-    the code wrote. ``exit_code`` is negative (``-signal``) when a signal ended the process and None
+    the code wrote and ``shown_bytes`` what was kept of both. ``exit_code`` is negative (``-signal``) when a signal ended the process and None
     when the code never ran.
     """
 
@@ -41,6 +41,7 @@ class ExecutionResult:
     max_rss_kb: int | None = None
     stdout_bytes: int = 0
     stderr_bytes: int = 0
+    shown_bytes: int | None = None
     limit_s: float | None = None
     error: str | None = None
 

@@ -69,9 +69,9 @@ def format_result(result: ExecutionResult) -> str:
     if result.stderr:
         parts.append("[stderr]\n" + result.stderr.rstrip("\n"))
     if result.truncated and result.kind is not ResultKind.OUTPUT_LIMIT:
-        shown = sum(len(text.encode("utf-8", errors="replace")) for text in (result.stdout, result.stderr))
         total = result.stdout_bytes + result.stderr_bytes
-        parts.append(f"[output truncated: {min(shown, total)} of {total} bytes shown]")
+        shown = result.shown_bytes if result.shown_bytes is not None else total
+        parts.append(f"[output truncated: {shown} of {total} bytes shown]")
     kind = result.kind
     if kind is ResultKind.OK:
         if not parts:
