@@ -69,6 +69,11 @@ class SandboxConfig(BaseModel):
         default=DEFAULT_PRELOAD_MODULES,
         description="Imported once by the zygote; modules that are not installed are skipped.",
     )
+    zygote_warm_up: str | None = Field(
+        default=None,
+        description="Code the zygote runs once after preloading, so that lazy imports and first-call "
+        "set-up happen before forking. None: a built-in snippet exercising numpy and sympy; '': none.",
+    )
     network: Literal["per_call", "shared", "allow"] = Field(
         default="per_call",
         description="'per_call': a fresh empty network namespace per execution; 'shared': one empty "
@@ -92,6 +97,13 @@ class SandboxConfig(BaseModel):
     strict: bool = Field(
         default=False,
         description="Fail at start when a requested isolation feature is unavailable, instead of warning.",
+    )
+    nice: int = Field(
+        default=10,
+        ge=0,
+        le=19,
+        description="Scheduling niceness of the zygote and executions, so that a saturated sandbox "
+        "does not starve the rollout's event loop.",
     )
     prefork: int = Field(
         default=2, ge=0, le=64, description="Idle workers forked ahead of requests (hides fork latency)."

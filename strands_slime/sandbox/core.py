@@ -32,6 +32,9 @@ ZYGOTE_SCRIPT = Path(__file__).with_name("_zygote.py")
 ANSWER_GRACE_S = 15.0
 #: Seconds to wait for the output pipes to close once the zygote reported an execution finished.
 EOF_GRACE_S = 2.0
+#: Most seconds of call set-up done in one event-loop iteration; more calls wait for the next one,
+#: so that a burst of hundreds of calls never holds the loop (its timers and I/O) for long.
+SLICE_BUDGET_S = 0.002
 #: Minimum seconds between start attempts once ``max_restarts`` consecutive starts failed.
 RESTART_BACKOFF_S = 10.0
 _MAX_MESSAGE = 1 << 16
@@ -246,6 +249,7 @@ class ZygoteBackend:
         self._finalizer: weakref.finalize | None = None
         self._lost: asyncio.Event | None = None
         self._preloading: str | None = None
+        self._slice_started: float | None = None
         self._crashed_modules: list[str] = []
         self.starts = 0
 
@@ -498,6 +502,21 @@ class ZygoteBackend:
             raise
 
     # ------------------------------------------------------------------ executions
+    def _end_slice(self) -> None:
+        self._slice_started = None
+
+    async def _pace(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Wait for a later loop iteration when this one already spent its set-up budget."""
+        while True:
+            now = time.perf_counter()
+            if self._slice_started is None:
+                self._slice_started = now
+                loop.call_soon(self._end_slice)  # runs at the start of the next iteration
+                return
+            if now - self._slice_started < SLICE_BUDGET_S:
+                return
+            await asyncio.sleep(0)
+
     async def execute(self, code: str, timeout_s: float, cpu_s: float) -> ExecutionResult:
         started = time.monotonic()
         try:
@@ -507,6 +526,7 @@ class ZygoteBackend:
         loop = asyncio.get_running_loop()
         if loop is not self._loop:
             raise RuntimeError("a Sandbox must be used from the event loop that started it")
+        await self._pace(loop)
         try:
             pid, worker_sock = await asyncio.wait_for(self._acquire_worker(), self.config.start_timeout_s)
         except asyncio.TimeoutError:
