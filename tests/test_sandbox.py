@@ -10,6 +10,7 @@ import asyncio
 import os
 import signal
 import socket
+import tempfile
 import textwrap
 import threading
 import time
@@ -593,6 +594,7 @@ async def test_attack_network_connection(sandbox: Sandbox) -> None:
     code = dedent(
         f"""
         import socket
+import tempfile
         for address in [("127.0.0.1", {port}), ("1.1.1.1", 80)]:
             try:
                 socket.create_connection(address, timeout=2).close()
@@ -641,6 +643,28 @@ async def test_attack_kill_the_parent_without_privilege_drop() -> None:
         again = await box.run("print('restarted')")
         assert again.stdout == "restarted\n"
         assert box.zygote_pid != zygote
+
+
+async def test_orphans_are_killed_without_privilege_drop() -> None:
+    """Without per-execution uids the zygote finds orphans as its own (subreaper) children."""
+    async with Sandbox(SandboxConfig(drop_privileges=False, private_tmp=False, **LIGHT)) as box:
+        code = SET_NAME.format(name="orphan") + dedent(
+            """
+            import os, time
+            if os.fork() == 0:
+                os.setsid()
+                if os.fork() == 0:
+                    os.close(1)
+                    os.close(2)
+                    time.sleep(60)
+                os._exit(0)
+            time.sleep(0.2)
+            """
+        )
+        result = await box.run(code)
+        assert result.ok
+        assert await wait_until(lambda: not processes_named("orphan"))
+        assert (await box.run("import os\nprint(os.getcwd())")).stdout.startswith(tempfile.gettempdir())
 
 
 async def test_attack_crash_the_interpreter(sandbox: Sandbox) -> None:

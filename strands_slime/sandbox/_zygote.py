@@ -556,6 +556,10 @@ class Zygote:
     def _shutdown_now(self) -> None:
         for pid in list(self.active) + list(self.offered):
             self._kill_execution(pid)
+        if self.workdir_root:
+            import shutil
+
+            shutil.rmtree(self.workdir_root, ignore_errors=True)
         os._exit(0)
 
     # ------------------------------------------------------------------ workers
