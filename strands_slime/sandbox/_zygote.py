@@ -47,6 +47,7 @@ CLONE_NEWNET = 0x40000000
 MS_RDONLY = 0x1
 MS_NOSUID = 0x2
 MS_NODEV = 0x4
+MS_BIND = 0x1000
 MS_REC = 0x4000
 MS_PRIVATE = 0x40000
 PR_SET_PDEATHSIG = 1
@@ -399,6 +400,18 @@ class Zygote:
                     _mount("tmpfs", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "size=4k,mode=0755")
                 except OSError as exc:
                     self.warnings.append(f"could not hide {path}: {exc}")
+        # Accelerators: training owns them. Their device nodes become /dev/null for every execution.
+        import glob
+
+        hidden = []
+        for path in sorted({*glob.glob("/dev/nvidia*"), *glob.glob("/dev/dri/*"), "/dev/kfd"}):
+            if os.path.exists(path) and not os.path.isdir(path):
+                try:
+                    _mount("/dev/null", path, None, MS_BIND, None)
+                    hidden.append(path)
+                except OSError as exc:
+                    self.warnings.append(f"could not hide {path}: {exc}")
+        caps["hidden_devices"] = hidden
         error = _probe_in_child(lambda: self._mount_private_tmp())
         if error is not None:
             self._requirement_missing("private tmpfs", error)
@@ -795,6 +808,8 @@ class _Worker:
             "OPENBLAS_NUM_THREADS": "1",
             "OMP_NUM_THREADS": "1",
             "MKL_NUM_THREADS": "1",
+            "CUDA_VISIBLE_DEVICES": "",
+            "HIP_VISIBLE_DEVICES": "",
         }
         environment.update(cfg["env"])
         os.environ.clear()
