@@ -594,7 +594,6 @@ async def test_attack_network_connection(sandbox: Sandbox) -> None:
     code = dedent(
         f"""
         import socket
-import tempfile
         for address in [("127.0.0.1", {port}), ("1.1.1.1", 80)]:
             try:
                 socket.create_connection(address, timeout=2).close()
