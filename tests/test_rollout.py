@@ -100,7 +100,9 @@ async def test_completed_episode_with_tool_call(server: DevServer) -> None:
     meta = sample.metadata
     assert meta["tool_iterations"] == 1 and meta["tool_calls"] == 1 and meta["tool_errors"] == 0
     assert meta["turns"] == 2 and meta["finish_reason"] == "stop" and meta["infra_error"] is None
-    assert meta["sandbox_seconds"] > 0 and sample.non_generation_time == pytest.approx(meta["sandbox_seconds"], abs=1e-5)
+    assert meta["sandbox_seconds"] > 0 and sample.non_generation_time == pytest.approx(
+        meta["sandbox_seconds"], abs=1e-5
+    )
     assert "<tool_response>\n34\n</tool_response>" in sample.response
     assert "\\boxed{34}" in meta["final_text"] and "<tool_response>" not in meta["final_text"]
     sample.reward = await reward_func(args, sample)
