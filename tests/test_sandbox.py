@@ -212,6 +212,15 @@ async def test_concurrent_calls_do_not_mix_outputs(sandbox: Sandbox) -> None:
         assert result.stdout == f"{i * 'x'} {i}\n"
 
 
+async def test_many_instant_calls_are_never_infra_failures() -> None:
+    """Workers that finish before the zygote hears they were handed a request still count as runs."""
+    async with Sandbox(SandboxConfig(max_concurrency=32, **LIGHT)) as box:
+        results = await asyncio.gather(*(box.run("pass") for _ in range(150)))
+        exits = await asyncio.gather(*(box.run("import os\nos._exit(3)") for _ in range(50)))
+    assert [result.kind for result in results] == [ResultKind.OK] * 150
+    assert [(result.kind, result.exit_code) for result in exits] == [(ResultKind.ERROR, 3)] * 50
+
+
 async def test_concurrency_limit_queues_calls() -> None:
     async with Sandbox(SandboxConfig(max_concurrency=2, **LIGHT)) as box:
         code = "import time\nstarted = time.time()\ntime.sleep(0.3)\nprint(started)"

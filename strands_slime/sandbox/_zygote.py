@@ -205,6 +205,7 @@ class Zygote:
         self.path_fds: dict[str, int] = {}
         self.spawn_requests = 0
         self.setup_failures = 0
+        self.unclaimed: dict[int, tuple[int, resource.struct_rusage, float]] = {}
 
     # ------------------------------------------------------------------ start-up
     def start(self) -> None:
@@ -609,8 +610,18 @@ class Zygote:
         pid = message["pid"]
         call_id = message["id"]
         worker = self.offered.pop(pid, None)
-        if worker is None:  # it died before the request reached it
-            self._send({"op": "done", "id": call_id, "setup_error": "the worker exited before the request"})
+        if worker is None:
+            late = self.unclaimed.pop(pid, None)
+            now = time.monotonic()
+            for stale in [p for p, (_, _, at) in self.unclaimed.items() if now - at > 60]:
+                del self.unclaimed[stale]
+            if late is None:
+                self._send(
+                    {"op": "done", "id": call_id, "setup_error": "the worker exited before the request"}
+                )
+            else:  # it ran and exited before this message was read
+                self.setup_failures = 0
+                self._send(self._done_message(call_id, late[0], late[1], None, 0.0))
             return
         now = time.monotonic()
         self.active[pid] = {"id": call_id, "uid": worker["uid"], "started": now}
@@ -652,7 +663,9 @@ class Zygote:
                 self._finish(pid, status, usage)
                 reaped_stray = True
             elif pid in self.offered:
+                # Usually a worker that died idle; kept a while in case its "started" is late.
                 self._release(pid, self.offered.pop(pid))
+                self.unclaimed[pid] = (status, usage, time.monotonic())
                 failed = os.WIFEXITED(status) and os.WEXITSTATUS(status) == EXIT_SETUP_FAILED
                 self.setup_failures = self.setup_failures + 1 if failed else 0
                 self._send({"op": "worker_gone", "pid": pid})
@@ -679,19 +692,29 @@ class Zygote:
         self.pid_by_id.pop(call["id"], None)
         self._release(pid, call)
         self.setup_failures = 0
+        self._send(
+            self._done_message(
+                call["id"], status, usage, call.get("killed"), time.monotonic() - call["started"]
+            )
+        )
+
+    @staticmethod
+    def _done_message(
+        call_id: int, status: int, usage: resource.struct_rusage, killed: str | None, wall_s: float
+    ) -> dict[str, Any]:
         result: dict[str, Any] = {
             "op": "done",
-            "id": call["id"],
-            "wall_s": time.monotonic() - call["started"],
+            "id": call_id,
+            "wall_s": wall_s,
             "cpu_s": usage.ru_utime + usage.ru_stime,
             "max_rss_kb": usage.ru_maxrss,
-            "killed": call.get("killed"),
+            "killed": killed,
         }
         if os.WIFSIGNALED(status):
             result["signal"] = os.WTERMSIG(status)
         else:
             result["exit_code"] = os.WEXITSTATUS(status)
-        self._send(result)
+        return result
 
     def _kill_stray_children(self) -> None:
         """Kill children of the zygote that are neither live nor offered workers: orphans."""

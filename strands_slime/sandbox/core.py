@@ -526,7 +526,6 @@ class ZygoteBackend:
         loop = asyncio.get_running_loop()
         if loop is not self._loop:
             raise RuntimeError("a Sandbox must be used from the event loop that started it")
-        await self._pace(loop)
         try:
             pid, worker_sock = await asyncio.wait_for(self._acquire_worker(), self.config.start_timeout_s)
         except asyncio.TimeoutError:
@@ -535,6 +534,11 @@ class ZygoteBackend:
             )
         except SandboxError as exc:
             return ExecutionResult.failure(ResultKind.INFRA, str(exc), time.monotonic() - started)
+        try:
+            await self._pace(loop)
+        except asyncio.CancelledError:
+            self._idle_workers.appendleft((pid, worker_sock))
+            raise
         cfg = self.config
         call_id = next(self._ids)
         code_fd = os.memfd_create("sandbox-code", os.MFD_CLOEXEC)
@@ -546,6 +550,8 @@ class ZygoteBackend:
             view = view[os.write(code_fd, view) :]
         request = json.dumps({"id": call_id, "cpu_s": cpu_s}).encode()
         handed_over = [code_fd, stdout_write, stderr_write, status_write]
+        # The zygote hears about the call before the worker can possibly finish it.
+        self._send({"op": "started", "id": call_id, "pid": pid, "timeout_s": timeout_s}, [])
         try:
             # A single small message with four descriptors into an empty socket buffer: never blocks.
             worker_sock.sendmsg(
@@ -561,7 +567,6 @@ class ZygoteBackend:
             worker_sock.close()
         for fd in handed_over:
             os.close(fd)
-        self._send({"op": "started", "id": call_id, "pid": pid, "timeout_s": timeout_s}, [])
 
         # Finished when the zygote reports the process gone, or (the usual, faster path) when the
         # worker has written its exit status and closed both output pipes.
