@@ -20,6 +20,11 @@ from typing import Any
 
 import aiohttp
 
+try:  # SGLang itself depends on orjson, so slime's image has it; the stdlib is the fallback.
+    import orjson
+except ImportError:  # pragma: no cover - depends on the environment
+    orjson = None  # type: ignore[assignment]
+
 logger = logging.getLogger(__name__)
 
 ROUTING_KEY_HEADER = "X-SMG-Routing-Key"
@@ -194,6 +199,32 @@ def _logprob(value: Any) -> float | None:
     return None if value is None else float(value)
 
 
+def _encode_json(value: Any) -> bytes:
+    """Compact JSON exactly as ``json.dumps`` writes it (ASCII-escaped, NaN kept)."""
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
+def _encode_token_ids(token_ids: Any) -> bytes:
+    """A token-id list as JSON: orjson is ~15x faster on long int lists than the stdlib encoder."""
+    if orjson is not None:
+        try:
+            return orjson.dumps(token_ids)
+        except TypeError:  # not plain ints (numpy scalars, > 64 bits): the stdlib decides
+            pass
+    return _encode_json(token_ids)
+
+
+def _decode_json(raw: bytes) -> Any:
+    """Parse a reply with orjson when available; what it rejects (NaN literals, ...) goes to the stdlib,
+    so the accepted documents and the errors are the stdlib's."""
+    if orjson is not None:
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(raw)
+
+
 @dataclass
 class _LoopState:
     """Everything bound to one event loop: the aiohttp session and single-flight metadata calls."""
@@ -334,13 +365,19 @@ class SGLangClient:
         path: str,
         *,
         payload: Any = None,
+        body: bytes | None = None,
         headers: Mapping[str, str] | None = None,
         max_retries: int | None = None,
         expect_json: bool = True,
     ) -> Any:
-        """Send one request with the retry policy; return the decoded JSON body (None when empty)."""
+        """Send one request with the retry policy; return the decoded JSON body (None when empty).
+
+        ``body`` is an already encoded JSON payload (then ``payload`` must be None)."""
+        if payload is not None and body is not None:
+            raise ValueError("pass payload= or body=, not both")
         url = self.base_url + path
-        body = None if payload is None else json.dumps(payload, separators=(",", ":")).encode()
+        if payload is not None:
+            body = _encode_json(payload)
         send_headers = {"Content-Type": "application/json"} if body is not None else {}
         if headers:
             send_headers.update(headers)
@@ -361,7 +398,7 @@ class SGLangClient:
                     if not expect_json or not raw.strip():
                         return None
                     try:
-                        return json.loads(raw)
+                        return _decode_json(raw)
                     except ValueError as exc:
                         excerpt = raw[:_BODY_EXCERPT_CHARS].decode(errors="replace")
                         last_error = SGLangDecodingError(f"invalid JSON from {url} ({exc}): {excerpt!r}")
@@ -397,7 +434,6 @@ class SGLangClient:
         if not input_ids:
             raise ValueError("input_ids cannot be empty")
         payload: dict[str, Any] = {
-            "input_ids": input_ids,
             "sampling_params": dict(sampling_params or {}),
             "return_logprob": return_logprob,
         }
@@ -407,10 +443,15 @@ class SGLangClient:
             payload["rid"] = rid
         payload.update(extra)
         headers = {ROUTING_KEY_HEADER: routing_key} if routing_key else None
-        body = await self.request("POST", "/generate", payload=payload, headers=headers)
-        if isinstance(body, list):
+        # {"input_ids": [...], <the rest>}: the long id list gets the fast encoder.
+        body = b'{"input_ids":' + _encode_token_ids(input_ids) + b"," + _encode_json(payload)[1:]
+        # Encoded: drop the id list before awaiting. A young list of thousands of ids would be scanned by
+        # every garbage-collector pass while hundreds of requests are in flight.
+        del payload, input_ids
+        reply = await self.request("POST", "/generate", body=body, headers=headers)
+        if isinstance(reply, list):
             raise SGLangDecodingError("/generate returned a batch for a single prompt (n > 1?)")
-        return GenerateResponse.parse(body)
+        return GenerateResponse.parse(reply)
 
     async def abort(self, rid: str | None = None, *, abort_all: bool = False) -> None:
         """Abort running or queued requests whose rid starts with ``rid`` (or all of them)."""

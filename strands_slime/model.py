@@ -354,16 +354,21 @@ class SGLangModel(Model):
         initial, delta, prompt_text, turn_messages = await self._prompt_delta(
             messages, tool_specs, system_prompt
         )
-        input_ids = self.trajectory.token_ids + delta
-        params = self._turn_sampling_params(initial, delta, len(input_ids), await self._context_limit())
+        input_len = len(self.trajectory) + len(delta)
+        params = self._turn_sampling_params(initial, delta, input_len, await self._context_limit())
 
         started = time.perf_counter()
         try:
+            # The id list is built inline and not kept here: the client encodes it and drops it before
+            # awaiting, so no large young list is scanned by the garbage collector during the request.
             response = await self.client.generate(
-                input_ids, params, return_logprob=self.return_logprob, routing_key=self.routing_key
+                self.trajectory.token_ids + delta,
+                params,
+                return_logprob=self.return_logprob,
+                routing_key=self.routing_key,
             )
         except SGLangContextLengthError as exc:
-            raise ContextLimitExceeded(str(exc), prompt_tokens=len(input_ids)) from exc
+            raise ContextLimitExceeded(str(exc), prompt_tokens=input_len) from exc
         except SGLangThrottledError as exc:
             raise ModelThrottledException(str(exc)) from exc
         self.stats.generation_seconds += time.perf_counter() - started
