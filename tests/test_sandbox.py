@@ -58,7 +58,7 @@ def processes_named(name: str) -> list[int]:
 SET_NAME = "import ctypes\nctypes.CDLL(None).prctl(15, b'{name}', 0, 0, 0)\n"
 
 
-async def wait_until(predicate, timeout: float = 3.0) -> bool:
+async def wait_until(predicate, timeout: float = 10.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
@@ -93,7 +93,7 @@ async def sandbox() -> AsyncIterator[Sandbox]:
 async def limited() -> AsyncIterator[Sandbox]:
     config = SandboxConfig(
         preload_modules=("math",),
-        timeout_s=5.0,
+        timeout_s=30.0,  # far above the CPU limit, so that a loaded machine still hits the CPU limit
         cpu_time_s=1.0,
         memory_mb=200,
         max_processes=16,
@@ -348,7 +348,7 @@ async def test_close_kills_running_executions() -> None:
     began = time.monotonic()
     await box.close()
     result = await running
-    assert time.monotonic() - began < 5
+    assert time.monotonic() - began < 8
     assert result.kind in (ResultKind.KILLED, ResultKind.INFRA)
 
 
@@ -485,7 +485,7 @@ async def test_attack_infinite_loop_hits_the_cpu_limit(limited: Sandbox) -> None
     result = await limited.run("while True:\n    pass")
     assert result.kind is ResultKind.CPU_LIMIT and result.timed_out
     assert result.limit_s == 1
-    assert result.duration_s < 4
+    assert result.duration_s < 25
 
 
 async def test_attack_infinite_sleep_hits_the_wall_clock(sandbox: Sandbox) -> None:
@@ -497,7 +497,7 @@ async def test_attack_infinite_sleep_hits_the_wall_clock(sandbox: Sandbox) -> No
 async def test_attack_output_flood(limited: Sandbox) -> None:
     began = time.monotonic()
     result = await limited.run("while True:\n    print('x' * 1000)")
-    assert time.monotonic() - began < 5
+    assert time.monotonic() - began < 8
     assert result.kind is ResultKind.OUTPUT_LIMIT and result.truncated
     assert result.stdout_bytes > 256 * 1024
     assert len(result.stdout) < 1200
@@ -524,7 +524,7 @@ async def test_attack_orphan_via_double_fork(sandbox: Sandbox) -> None:
     )
     began = time.monotonic()
     result = await sandbox.run(code)
-    assert result.ok and time.monotonic() - began < 5
+    assert result.ok and time.monotonic() - began < 8
     daemon = int(result.stdout)
     assert await wait_until(lambda: not pid_alive(daemon))
 
@@ -544,7 +544,7 @@ async def test_attack_orphan_holding_the_output_pipe(sandbox: Sandbox) -> None:
     )
     began = time.monotonic()
     result = await sandbox.run(code)
-    assert time.monotonic() - began < 5
+    assert time.monotonic() - began < 8
     assert result.ok
     assert await wait_until(lambda: not pid_alive(int(result.stdout)))
 
@@ -646,7 +646,7 @@ async def test_attack_kill_the_parent_without_privilege_drop() -> None:
         zygote = box.zygote_pid
         result = await box.run("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)")
         # The code itself may finish before the zygote's death is noticed; either way it is clear.
-        assert result.kind in (ResultKind.OK, ResultKind.INFRA, ResultKind.KILLED)
+        assert result.kind in (ResultKind.OK, ResultKind.INFRA, ResultKind.KILLED), result
         assert await wait_until(lambda: box.zygote_pid != zygote)
         again = await box.run("print('restarted')")
         assert again.stdout == "restarted\n"

@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(60)]
 
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
 async def sandbox() -> AsyncIterator[Sandbox]:
-    config = SandboxConfig(preload_modules=("math",), timeout_s=3, max_output_bytes=512, cpu_time_s=2)
+    config = SandboxConfig(preload_modules=("math",), timeout_s=3, max_output_bytes=512, cpu_time_s=1)
     async with Sandbox(config) as box:
         yield box
 
@@ -81,7 +81,8 @@ async def test_tool_runs_code_and_counts(sandbox: Sandbox) -> None:
     timed_out = await call(tool, {"code": "import time\ntime.sleep(10)"})
     assert timed_out["content"][0]["text"] == "[timed out after 3 s]"
     cpu = await call(tool, {"code": "while True:\n    pass"})
-    assert cpu["content"][0]["text"] == "[CPU time limit of 2 s exceeded]"
+    # 1 CPU-second normally comes first; on a heavily loaded machine the 3 s wall clock may.
+    assert cpu["content"][0]["text"] in ("[CPU time limit of 1 s exceeded]", "[timed out after 3 s]")
     quiet = await call(tool, {"code": "x = 1"})
     assert quiet["content"][0]["text"] == "[no output]" and quiet["status"] == "success"
     assert (stats.calls, stats.errors, stats.timeouts, stats.infra_failures) == (6, 2, 2, 0)

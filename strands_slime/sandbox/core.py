@@ -370,14 +370,27 @@ class ZygoteBackend:
                 os.close(fd)
         self._send_queue.clear()
         if self._finalizer is not None:
-            self._finalizer()  # closes the socket, kills and reaps the zygote
+            self._finalizer.detach()
             self._finalizer = None
+        process, sock = self._process, self._sock
         self._sock = None
         self._process = None
+        if sock is not None:
+            sock.close()
+        if process is not None and process.poll() is None:
+            with contextlib.suppress(OSError):
+                process.kill()
+            if self._loop is not None and not self._loop.is_closed():
+                self._reap_later(process, time.monotonic() + 5.0)
         if self._ready is not None and not self._ready.done():
             self._ready.set_exception(SandboxError("sandbox zygote exited during start-up"))
             self._ready.exception()  # retrieved here when nobody awaits it
         self._ready = None
+
+    def _reap_later(self, process: subprocess.Popen[bytes], deadline: float) -> None:
+        """Collect the killed zygote's exit status without waiting on the event loop."""
+        if process.poll() is None and time.monotonic() < deadline and self._loop is not None:
+            self._loop.call_later(0.01, self._reap_later, process, deadline)
 
     def _on_zygote_lost(self, reason: str) -> None:
         returncode = self._process.poll() if self._process is not None else None
@@ -784,7 +797,7 @@ def get_shared_sandbox(config: SandboxConfig | None = None) -> Sandbox:
             for sandbox in sandboxes.values():
                 backend = sandbox._backend
                 if isinstance(backend, ZygoteBackend) and backend._finalizer is not None:
-                    backend._finalizer()
+                    backend._finalizer()  # kills and reaps synchronously: that loop is gone
             del _shared[other_loop]
     sandboxes = _shared.setdefault(loop, {})
     key = config.model_dump_json()
