@@ -175,15 +175,18 @@ class GenerateResponse:
         try:
             if output_ids is None:
                 output_ids = [int(entry[1]) for entry in entries]
-            logprobs = [_logprob(entry[0]) for entry in entries]
-            input_logprobs = [_logprob(entry[0]) for entry in meta.get("input_token_logprobs") or []]
+            logprobs = [None if (value := entry[0]) is None else float(value) for entry in entries]
+            input_logprobs = [
+                None if (value := entry[0]) is None else float(value)
+                for entry in meta.get("input_token_logprobs") or []
+            ]
         except (TypeError, IndexError, ValueError) as exc:
             raise SGLangDecodingError(f"malformed logprob entries in /generate reply: {exc}") from exc
         if entries and len(entries) != len(output_ids):
             raise SGLangDecodingError(
                 f"/generate returned {len(output_ids)} output_ids but {len(entries)} output logprobs"
             )
-        if entries and any(int(entry[1]) != tok for entry, tok in zip(entries, output_ids, strict=True)):
+        if entries and not _ids_match(entries, output_ids):
             raise SGLangDecodingError("/generate output_ids disagree with the token ids of its logprobs")
         return cls(
             text=body.get("text") or "",
@@ -195,8 +198,15 @@ class GenerateResponse:
         )
 
 
-def _logprob(value: Any) -> float | None:
-    return None if value is None else float(value)
+def _ids_match(entries: list[Any], output_ids: list[Any]) -> bool:
+    """Whether each logprob entry's token id equals the output id at its position."""
+    try:  # one list comparison in C: the common, well-formed case
+        if [int(entry[1]) for entry in entries] == output_ids:
+            return True
+    except (TypeError, IndexError, ValueError):
+        pass
+    # Element by element, stopping at the first mismatch (malformed entries raise as they always did).
+    return not any(int(entry[1]) != tok for entry, tok in zip(entries, output_ids, strict=True))
 
 
 def _encode_json(value: Any) -> bytes:
