@@ -259,7 +259,13 @@ class ZygoteBackend:
 
     @property
     def alive(self) -> bool:
-        return self._sock is not None and self._ready is not None and self._ready.done()
+        return (
+            self._sock is not None
+            and self._ready is not None
+            and self._ready.done()
+            and self._process is not None
+            and self._process.poll() is None
+        )
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -270,6 +276,8 @@ class ZygoteBackend:
         async with self._start_lock:
             if self.alive:
                 return
+            if self._sock is not None:  # died, and the loop has not seen the socket close yet
+                self._on_zygote_lost("sandbox zygote exited")
             if self._failed_starts > self.config.max_restarts:
                 wait = self._last_start_attempt + RESTART_BACKOFF_S - time.monotonic()
                 if wait > 0:
@@ -530,30 +538,50 @@ class ZygoteBackend:
                 return
             await asyncio.sleep(0)
 
+    async def _dispatch(self, handed_over: list[int], timeout_s: float, cpu_s: float) -> int:
+        """Send one request to an idle worker; returns its call id. Raises ``SandboxError``.
+
+        A worker (or the whole zygote) that died since it was offered is replaced: up to three
+        attempts, restarting the zygote if needed. Each attempt gets a new call id, so that a late
+        answer about a dead worker can never be taken for the answer to the retry.
+        """
+        loop = asyncio.get_running_loop()
+        last_error: Exception | None = None
+        for _ in range(3):
+            await self.start()
+            if loop is not self._loop:
+                raise RuntimeError("a Sandbox must be used from the event loop that started it")
+            try:
+                pid, worker_sock = await asyncio.wait_for(self._acquire_worker(), self.config.start_timeout_s)
+            except asyncio.TimeoutError as exc:
+                raise SandboxError("no sandbox worker became available") from exc
+            try:
+                await self._pace(loop)
+            except asyncio.CancelledError:
+                self._idle_workers.appendleft((pid, worker_sock))
+                raise
+            call_id = next(self._ids)
+            request = json.dumps({"id": call_id, "cpu_s": cpu_s}).encode()
+            # The zygote hears about the call before the worker can possibly finish it.
+            self._send({"op": "started", "id": call_id, "pid": pid, "timeout_s": timeout_s}, [])
+            try:
+                # One small message with four descriptors into an empty socket buffer: never blocks.
+                worker_sock.sendmsg(
+                    [request], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", handed_over))]
+                )
+                return call_id
+            except OSError as exc:
+                last_error = exc
+                if self._process is not None and self._process.poll() is not None:
+                    self._on_zygote_lost("sandbox zygote exited")
+            finally:
+                worker_sock.close()
+        raise SandboxError(f"sandbox workers kept dying before they got the request: {last_error}")
+
     async def execute(self, code: str, timeout_s: float, cpu_s: float) -> ExecutionResult:
         started = time.monotonic()
-        try:
-            await self.start()
-        except SandboxError as exc:
-            return ExecutionResult.failure(ResultKind.INFRA, str(exc), time.monotonic() - started)
-        loop = asyncio.get_running_loop()
-        if loop is not self._loop:
-            raise RuntimeError("a Sandbox must be used from the event loop that started it")
-        try:
-            pid, worker_sock = await asyncio.wait_for(self._acquire_worker(), self.config.start_timeout_s)
-        except asyncio.TimeoutError:
-            return ExecutionResult.failure(
-                ResultKind.INFRA, "no sandbox worker became available", time.monotonic() - started
-            )
-        except SandboxError as exc:
-            return ExecutionResult.failure(ResultKind.INFRA, str(exc), time.monotonic() - started)
-        try:
-            await self._pace(loop)
-        except asyncio.CancelledError:
-            self._idle_workers.appendleft((pid, worker_sock))
-            raise
         cfg = self.config
-        call_id = next(self._ids)
+        loop = asyncio.get_running_loop()
         code_fd = os.memfd_create("sandbox-code", os.MFD_CLOEXEC)
         stdout_read, stdout_write = os.pipe()
         stderr_read, stderr_write = os.pipe()
@@ -561,25 +589,20 @@ class ZygoteBackend:
         view = memoryview(code.encode("utf-8", errors="surrogatepass"))
         while view:
             view = view[os.write(code_fd, view) :]
-        request = json.dumps({"id": call_id, "cpu_s": cpu_s}).encode()
         handed_over = [code_fd, stdout_write, stderr_write, status_write]
-        # The zygote hears about the call before the worker can possibly finish it.
-        self._send({"op": "started", "id": call_id, "pid": pid, "timeout_s": timeout_s}, [])
         try:
-            # A single small message with four descriptors into an empty socket buffer: never blocks.
-            worker_sock.sendmsg(
-                [request], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", handed_over))]
-            )
-        except OSError as exc:
-            for fd in (*handed_over, stdout_read, stderr_read, status_read):
+            call_id = await self._dispatch(handed_over, timeout_s, cpu_s)
+        except SandboxError as exc:
+            for fd in (stdout_read, stderr_read, status_read):
                 os.close(fd)
-            return ExecutionResult.failure(
-                ResultKind.INFRA, f"sandbox worker {pid} was gone: {exc}", time.monotonic() - started
-            )
+            return ExecutionResult.failure(ResultKind.INFRA, str(exc), time.monotonic() - started)
+        except BaseException:
+            for fd in (stdout_read, stderr_read, status_read):
+                os.close(fd)
+            raise
         finally:
-            worker_sock.close()
-        for fd in handed_over:
-            os.close(fd)
+            for fd in handed_over:  # the worker has its own copies now
+                os.close(fd)
 
         # Finished when the zygote reports the process gone, or (the usual, faster path) when the
         # worker has written its exit status and closed both output pipes.
