@@ -35,6 +35,8 @@ EOF_GRACE_S = 2.0
 #: Most seconds of call set-up done in one event-loop iteration; more calls wait for the next one,
 #: so that a burst of hundreds of calls never holds the loop (its timers and I/O) for long.
 SLICE_BUDGET_S = 0.002
+#: Zygote messages handled per loop iteration.
+MESSAGES_PER_ITERATION = 64
 #: Minimum seconds between start attempts once ``max_restarts`` consecutive starts failed.
 RESTART_BACKOFF_S = 10.0
 _MAX_MESSAGE = 1 << 16
@@ -451,7 +453,10 @@ class ZygoteBackend:
 
     def _on_readable(self) -> None:
         sock = self._sock
-        while sock is not None:
+        # At most a batch per loop iteration (the socket stays readable): bounded loop blocking.
+        for _ in range(MESSAGES_PER_ITERATION):
+            if sock is None:
+                return
             fds = array.array("i")
             try:
                 data, ancillary, _, _ = sock.recvmsg(_MAX_MESSAGE, socket.CMSG_SPACE(fds.itemsize))
@@ -582,6 +587,7 @@ class ZygoteBackend:
         started = time.monotonic()
         cfg = self.config
         loop = asyncio.get_running_loop()
+        await self._pace(loop)  # a burst of calls creates its pipes over several loop iterations
         code_fd = os.memfd_create("sandbox-code", os.MFD_CLOEXEC)
         stdout_read, stdout_write = os.pipe()
         stderr_read, stderr_write = os.pipe()
@@ -665,6 +671,7 @@ class ZygoteBackend:
         finally:
             self._pending.pop(call_id, None)
             item.close()
+        await self._pace(loop)  # a wave of completions is also spread over loop iterations
         if source == "zygote":
             message = answer.result()
             if status.status is not None and "setup_error" in status.status:
