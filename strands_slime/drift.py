@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .chat import ChatTemplater
+from .trajectory import mask_runs
 
 
 @dataclass
@@ -92,16 +93,6 @@ def _first_difference(templater: ChatTemplater, a: Sequence[int], b: Sequence[in
     return "", ""
 
 
-def _runs(mask: Sequence[int]) -> list[tuple[int, int, int]]:
-    runs: list[tuple[int, int, int]] = []
-    start = 0
-    for i in range(1, len(mask) + 1):
-        if i == len(mask) or mask[i] != mask[start]:
-            runs.append((mask[start], start, i))
-            start = i
-    return runs
-
-
 def audit_trajectory(
     templater: ChatTemplater,
     token_ids: Sequence[int],
@@ -117,7 +108,7 @@ def audit_trajectory(
     if prompt_length is None:
         prompt_length = len(token_ids) - len(loss_mask)
     full_mask = [0] * prompt_length + list(loss_mask)
-    for value, start, end in _runs(full_mask):
+    for value, start, end in mask_runs(full_mask):
         if value != 1:
             continue
         sampled = list(token_ids[start:end])

@@ -174,5 +174,16 @@ class TokenTrajectory:
         return self.token_ids[start:], self.loss_mask[start:], self.logprobs[start:]
 
 
+def mask_runs(mask: list[int] | tuple[int, ...]) -> list[tuple[int, int, int]]:
+    """``(value, start, end)`` for each run of equal loss-mask values: model outputs are the 1-runs."""
+    runs: list[tuple[int, int, int]] = []
+    start = 0
+    for i in range(1, len(mask) + 1):
+        if i == len(mask) or mask[i] != mask[start]:
+            runs.append((mask[start], start, i))
+            start = i
+    return runs
+
+
 TokenManager = TokenTrajectory
 """Seed name (strands-sglang 0.2.x ``model.token_manager``)."""

@@ -23,14 +23,3 @@ def solve_with_tool(match: str, code: str, answer: str) -> dict[str, Any]:
             think("The tool printed the result.", f"The result is {answer}.\n\nAnswer: \\boxed{{{answer}}}"),
         ],
     }
-
-
-def split_runs(mask: list[int]) -> list[tuple[int, int, int]]:
-    """``(value, start, end)`` runs of equal mask values."""
-    runs: list[tuple[int, int, int]] = []
-    start = 0
-    for i in range(1, len(mask) + 1):
-        if i == len(mask) or mask[i] != mask[start]:
-            runs.append((mask[start], start, i))
-            start = i
-    return runs

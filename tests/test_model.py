@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from helpers import split_runs, think, tool_call
+from helpers import think, tool_call
 from strands import Agent, tool
 from strands.agent.conversation_manager import NullConversationManager
 from strands.hooks import AfterModelCallEvent
@@ -25,6 +25,7 @@ from strands_slime.errors import (
 )
 from strands_slime.limits import ToolIterationLimiter, ToolLimiter
 from strands_slime.model import SGLangModel
+from strands_slime.trajectory import mask_runs
 
 IM_END = 151645
 CALLS: list[str] = []
@@ -105,7 +106,7 @@ def assert_append_only(server: DevServer, model: SGLangModel) -> None:
     """Every request extends the previous request's input + output; the trajectory is the last one."""
     requests = [entry["json"] for entry in server.request_log]
     outputs: list[list[int]] = []
-    for value, start, end in split_runs(model.trajectory.loss_mask):
+    for value, start, end in mask_runs(model.trajectory.loss_mask):
         if value == 1:
             outputs.append(model.trajectory.token_ids[start:end])
     assert len(requests) == len(outputs)
@@ -155,7 +156,7 @@ async def test_multi_turn_episode_is_append_only(
     # Prompt positions carry 0.0, outputs the server's logprobs unchanged.
     requests = [entry["json"] for entry in server.request_log]
     t = model.trajectory
-    outputs = [(s, e) for v, s, e in split_runs(t.loss_mask) if v == 1]
+    outputs = [(s, e) for v, s, e in mask_runs(t.loss_mask) if v == 1]
     for request, (start, end) in zip(requests, outputs, strict=True):
         expected = scripted_output_logprobs(request["input_ids"], t.token_ids[start:end])
         assert t.logprobs[start:end] == pytest.approx(expected, abs=0)
@@ -185,7 +186,7 @@ async def test_noncanonical_output_ids_come_back_unchanged(qwen3_tokenizer: Any,
     model = SGLangModel(tokenizer=qwen3_tokenizer, client=client)
     await make_agent(model).invoke_async("split words")
     t = model.trajectory
-    first_output = next(t.token_ids[s:e] for v, s, e in split_runs(t.loss_mask) if v == 1)
+    first_output = next(t.token_ids[s:e] for v, s, e in mask_runs(t.loss_mask) if v == 1)
     canonical = qwen3_tokenizer.encode(text, add_special_tokens=False) + [IM_END]
     assert first_output != canonical and qwen3_tokenizer.decode(first_output[:-1]) == text
     assert CALLS == ["print('hello')"], "the tool call is still parsed from the non-canonical ids"
