@@ -209,13 +209,15 @@ def _routing_key(args: Any, sample: Any, config: RolloutConfig) -> str | None:
     return sample.session_id
 
 
-def _build_tools(config: RolloutConfig) -> tuple[list[Any], Any]:
+async def _build_tools(config: RolloutConfig) -> tuple[list[Any], Any]:
     if "execute_python_code" not in config.tools:
         return [], None
     from .sandbox import ToolStats, create_python_tool, get_shared_sandbox
 
+    sandbox = get_shared_sandbox(config.sandbox)
+    await sandbox.start()  # no-op once running; keeps the zygote's start-up out of the episode's tool time
     stats = ToolStats()
-    return [create_python_tool(get_shared_sandbox(config.sandbox), stats=stats)], stats
+    return [create_python_tool(sandbox, stats=stats)], stats
 
 
 async def _run_episode(
@@ -244,7 +246,7 @@ async def _run_episode(
     limiter = ToolLimiter(
         config.max_tool_iters, config.max_tool_calls, max_model_calls=config.max_model_calls
     )
-    tools, tool_stats = _build_tools(config)
+    tools, tool_stats = await _build_tools(config)
     agent = Agent(
         model=model,
         tools=tools,
