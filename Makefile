@@ -36,6 +36,7 @@ data: $(STAMP)
 	$(BIN)/python -m data_prep.download --dataset all --out $${DATA_DIR:-data}
 
 bench: $(STAMP)
+	$(BIN)/python benchmarks/bench_provider.py --setup-peer || echo "no peer venv (needs Python >= 3.12): measuring ours only"
 	$(BIN)/python benchmarks/run_all.py
 
 clean:

