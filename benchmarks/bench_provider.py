@@ -55,11 +55,13 @@ SEED = 0
 
 
 BOUND_VARIANTS: dict[str, dict[str, Any]] = {
+    "without_strands": {"without_strands": True},
     "strands_patches": {"strands_patches": True},
     "gc_tuned": {"gc_freeze": True, "gc_threshold": (50_000, 20, 100)},
 }
-"""What bounds the provider: Strands' per-cycle cost (the strands-notes §6 patches remove most of it)
-and the cyclic garbage collector (gc.freeze() after start-up plus rarer collections)."""
+"""What bounds the provider: its own cost with no agent loop around it (``stream()`` called directly),
+Strands' per-cycle cost (the strands-notes §6 patches remove most of it) and the cyclic garbage
+collector (gc.freeze() after start-up plus rarer collections)."""
 
 
 def plan(quick: bool) -> dict[str, Any]:
@@ -80,7 +82,7 @@ def plan(quick: bool) -> dict[str, Any]:
         "repeats": 3,
         "repeats_at": {1024: 2},
         "sweep": {1: 32, 64: 256, 256: 256, 1024: 1024},
-        "bounds": {"concurrency": 256, "episodes": 256, "repeats": 2},
+        "bounds": {"concurrency": 64, "episodes": 256, "repeats": 2},
         "latency_run": {"concurrency": 64, "episodes": 64, "latency_s": 1.0, "repeats": 2},
         "audit_episodes": 16,
     }
@@ -233,6 +235,7 @@ def run_driver(
     concurrency: int,
     episodes: int,
     *,
+    without_strands: bool = False,
     strands_patches: bool = False,
     gc_freeze: bool = False,
     gc_threshold: tuple[int, int, int] | None = None,
@@ -262,6 +265,8 @@ def run_driver(
     cpus = _cpus()
     if len(cpus) >= 2:
         command += ["--cpu", str(cpus[1])]
+    if without_strands:
+        command.append("--without-strands")
     if strands_patches:
         command.append("--strands-patches")
     if gc_freeze:
@@ -327,6 +332,24 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "rss_peak_mb": _median(runs, "rss_peak_mb"),
         "server_cpu_ms_per_turn": _median(runs, "server_cpu_ms_per_turn"),
         "wall_s": _median(runs, "wall_s"),
+    }
+
+
+def paired_ratios(by_provider: dict[str, list[dict[str, Any]]]) -> dict[str, float | None]:
+    """Median over repeats of peer/ours, each ratio from runs of the same repeat (interleaved, so they
+    saw the same machine speed), in total and above that repeat's Strands floor."""
+    ours, peer, floor = by_provider.get("ours", []), by_provider.get("peer", []), by_provider.get("floor", [])
+    total, above = [], []
+    for ours_run, peer_run, floor_run in zip(ours, peer, floor, strict=False):
+        ours_ms, peer_ms = ours_run["cpu_ms_per_turn"], peer_run["cpu_ms_per_turn"]
+        floor_ms = floor_run["cpu_ms_per_turn"]
+        if ours_ms and peer_ms:
+            total.append(peer_ms / ours_ms)
+            if floor_ms is not None and ours_ms > floor_ms:
+                above.append((peer_ms - floor_ms) / (ours_ms - floor_ms))
+    return {
+        "total": statistics.median(total) if total else None,
+        "above_floor": statistics.median(above) if above else None,
     }
 
 
@@ -444,6 +467,8 @@ def _run_sweep(
                 continue
             for variant, options in BOUND_VARIANTS.items():
                 for provider in sequence:
+                    if provider == "floor" and options.get("without_strands"):
+                        continue  # nothing left to measure: no agent loop and no provider work
                     result = run_driver(
                         python,
                         provider,
@@ -468,6 +493,9 @@ def _run_sweep(
         "bounds": {
             variant: {provider: summarize(runs) for provider, runs in by_provider.items()}
             for variant, by_provider in bounds.items()
+        },
+        "paired_ratios": {
+            concurrency: paired_ratios(by_provider) for concurrency, by_provider in cells.items()
         },
         "identical_trajectory_lengths": identical,
         "load_average_1min": [
@@ -575,6 +603,11 @@ def render_markdown(results: dict[str, Any]) -> str:
         f"same interpreter (Python {results['versions']['python']}). Medians of {repeats} interleaved "
         "repeats. *CPU ms/turn* is the driver process's CPU time (all its threads) per model call."
         + (
+            " *peer/ours* is the median of the per-repeat ratios (each from runs made back to back)."
+            if has_peer
+            else ""
+        )
+        + (
             f" 1-minute load average of the machine during the sweep: {load[0]:.1f} to {load[1]:.1f}."
             if load
             else ""
@@ -596,7 +629,9 @@ def render_markdown(results: dict[str, Any]) -> str:
         row = f"| {concurrency} | {ours['episodes']} | {_fmt(ours['cpu_ms_per_turn'])} |"
         if has_peer:
             peer = cells["peer"]
-            row += f" {_fmt(peer['cpu_ms_per_turn'])} | {_ratio(peer['cpu_ms_per_turn'], ours['cpu_ms_per_turn'])} |"
+            paired = (results.get("paired_ratios") or {}).get(concurrency, {}).get("total")
+            ratio = f"{paired:.2f}x" if paired else _ratio(peer["cpu_ms_per_turn"], ours["cpu_ms_per_turn"])
+            row += f" {_fmt(peer['cpu_ms_per_turn'])} | {ratio} |"
         row += f" {_fmt(floor['cpu_ms_per_turn'])} | {_fmt(ours['turns_per_s'], 0)} |"
         if has_peer:
             row += f" {_fmt(cells['peer']['turns_per_s'], 0)} |"
@@ -614,7 +649,8 @@ def render_markdown(results: dict[str, Any]) -> str:
         row = f"| {concurrency} | {ours_extra:.2f} |"
         if has_peer:
             peer_extra = (cells["peer"]["cpu_ms_per_turn"] or 0.0) - floor_ms
-            row += f" {peer_extra:.2f} | {_ratio(peer_extra, ours_extra)} |"
+            paired = (results.get("paired_ratios") or {}).get(concurrency, {}).get("above_floor")
+            row += f" {peer_extra:.2f} | {f'{paired:.2f}x' if paired else _ratio(peer_extra, ours_extra)} |"
         lines.append(row)
     lines += [
         "",
@@ -688,19 +724,31 @@ def _bounds_lines(results: dict[str, Any]) -> list[str]:
         "",
         f"#### What bounds it ({concurrency} concurrent episodes, {spec.get('episodes')} episodes, CPU ms/turn)",
         "",
-        "| provider | as shipped | Strands patched (strands-notes §6) | GC tuned |",
-        "|---|---|---|---|",
+        "| provider | as shipped | provider alone (no Strands) | Strands patched (strands-notes §6) | GC tuned |",
+        "|---|---|---|---|---|",
     ]
     for provider, cell in plain.items():
-        patched = bounds.get("strands_patches", {}).get(provider, {}).get("cpu_ms_per_turn")
-        tuned = bounds.get("gc_tuned", {}).get(provider, {}).get("cpu_ms_per_turn")
-        lines.append(f"| {provider} | {_fmt(cell['cpu_ms_per_turn'])} | {_fmt(patched)} | {_fmt(tuned)} |")
+        alone, patched, tuned = (
+            bounds.get(variant, {}).get(provider, {}).get("cpu_ms_per_turn")
+            for variant in ("without_strands", "strands_patches", "gc_tuned")
+        )
+        lines.append(
+            f"| {provider} | {_fmt(cell['cpu_ms_per_turn'])} | {_fmt(alone) if provider != 'floor' else '–'} | "
+            f"{_fmt(patched)} | {_fmt(tuned)} |"
+        )
+    alone_ours = bounds.get("without_strands", {}).get("ours", {}).get("cpu_ms_per_turn")
+    alone_peer = bounds.get("without_strands", {}).get("peer", {}).get("cpu_ms_per_turn")
+    if alone_ours and alone_peer:
+        lines += ["", f"Provider alone, peer/ours: **{alone_peer / alone_ours:.2f}x**."]
     lines += [
         "",
-        "*Strands patched*: no OpenTelemetry serialization of the messages when no span records, and "
-        "no deep copy of the history per model call. *GC tuned*: `gc.freeze()` after start-up and "
-        "`gc.set_threshold(50000, 20, 100)`. Both are applied inside the driver process only, to "
-        "measure the bound; neither provider does either by itself.",
+        "*Provider alone*: the same episodes with the provider's `stream()` called directly by a minimal "
+        "loop that builds the messages Strands would pass (no agent, hooks, telemetry or tool executor): "
+        "the provider's own CPU per turn. *Strands patched*: no OpenTelemetry serialization of the "
+        "messages when no span records, and no deep copy of the history per model call. *GC tuned*: "
+        "`gc.freeze()` after start-up and `gc.set_threshold(50000, 20, 100)`. The patches and the GC "
+        "settings are applied inside the driver process only, to measure the bound; neither provider "
+        "does either by itself.",
     ]
     return lines
 

@@ -319,16 +319,117 @@ async def run_episodes(
     await asyncio.gather(*(worker() for _ in range(concurrency)))
 
 
+async def assemble_message(events: Any) -> tuple[list[dict[str, Any]], str]:
+    """The assistant message Strands would build from a provider's stream events, and the stop reason."""
+    content: list[dict[str, Any]] = []
+    block: dict[str, Any] | None = None
+    stop = "end_turn"
+    async for event in events:
+        if "contentBlockStart" in event:
+            start = event["contentBlockStart"].get("start") or {}
+            block = {"toolUse": {**start["toolUse"], "input": ""}} if "toolUse" in start else {}
+        elif "contentBlockDelta" in event:
+            delta = event["contentBlockDelta"]["delta"]
+            block = {} if block is None else block
+            if "toolUse" in delta:
+                block["toolUse"]["input"] += delta["toolUse"]["input"]
+            elif "reasoningContent" in delta:
+                block["reasoning"] = block.get("reasoning", "") + delta["reasoningContent"].get("text", "")
+            elif "text" in delta:
+                block["text"] = block.get("text", "") + delta["text"]
+        elif "contentBlockStop" in event and block is not None:
+            if "toolUse" in block:
+                use = block["toolUse"]
+                content.append({"toolUse": {**use, "input": json.loads(use["input"] or "{}")}})
+            elif "reasoning" in block:
+                content.append({"reasoningContent": {"reasoningText": {"text": block["reasoning"]}}})
+            elif "text" in block:
+                content.append({"text": block["text"]})
+            block = None
+        elif "messageStop" in event:
+            stop = event["messageStop"]["stopReason"]
+    return content, stop
+
+
+async def run_episodes_without_strands(
+    provider: Provider,
+    tool: Any,
+    outputs: dict[str, str],
+    episodes: list[dict[str, Any]],
+    concurrency: int,
+    outcome: dict[str, Any],
+) -> None:
+    """The same episodes with the provider's ``stream()`` called directly: a minimal loop that builds
+    the messages Strands would pass (no deep copies, telemetry, hooks or tool executor), so the CPU is
+    the provider's own plus this loop's (the floor provider measures the loop)."""
+    tool_specs = [tool.tool_spec]
+    indices = iter(range(len(episodes)))
+
+    async def run_one(index: int) -> None:
+        transcript = episodes[index]
+        model = provider.model(transcript)
+        messages: list[dict[str, Any]] = [{"role": "user", "content": [{"text": transcript["prompt"]}]}]
+        calls = 0
+        try:
+            for _ in range(len(transcript["turns"]) + 4):
+                stream = model.stream(
+                    messages, tool_specs, transcript_data.SYSTEM_PROMPT, invocation_state={}
+                )
+                content, stop = await assemble_message(stream)
+                calls += 1
+                messages.append({"role": "assistant", "content": content})
+                uses = [block["toolUse"] for block in content if "toolUse" in block]
+                if stop != "tool_use" or not uses:
+                    break
+                results = []
+                for use in uses:
+                    output = outputs.get(use["input"].get("code"))
+                    if output is None:
+                        outcome["errors"]["unknown code"] += 1
+                        output = ""
+                    results.append(
+                        {
+                            "toolResult": {
+                                "toolUseId": use["toolUseId"],
+                                "status": "success",
+                                "content": [{"text": output}],
+                            }
+                        }
+                    )
+                messages.append({"role": "user", "content": results})
+        except Exception as exc:
+            outcome["errors"][f"{type(exc).__name__}: {str(exc)[:200]}"] += 1
+        outcome["model_calls"] += calls
+        if calls != len(transcript["turns"]):
+            outcome["errors"][f"episode off script: {calls} calls"] += 1
+        outcome["tokens"][index] = provider.trajectory_tokens(model)
+
+    async def worker() -> None:
+        for index in indices:
+            await run_one(index)
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+
+
 async def measure(args: argparse.Namespace) -> dict[str, Any]:
     data = transcript_data.load(args.transcripts)
     episodes = [data[i % len(data)] for i in range(args.episodes)]
     misses: Counter[str] = Counter()
     tool = make_tool(transcript_data.tool_outputs(data), misses)
     provider = Provider(args.provider, args.url, args.max_connections)
+    if args.without_strands:
+        outputs = transcript_data.tool_outputs(data)
+
+        async def run(episodes: list[dict[str, Any]], concurrency: int, outcome: dict[str, Any]) -> None:
+            await run_episodes_without_strands(provider, tool, outputs, episodes, concurrency, outcome)
+    else:
+
+        async def run(episodes: list[dict[str, Any]], concurrency: int, outcome: dict[str, Any]) -> None:
+            await run_episodes(provider, tool, episodes, concurrency, outcome)
 
     warmup: dict[str, Any] = {"errors": Counter(), "model_calls": 0, "tokens": {}}
     warm = [data[-1 - i % len(data)] for i in range(min(WARMUP_EPISODES, args.concurrency))]
-    await run_episodes(provider, tool, warm, len(warm), warmup)
+    await run(warm, len(warm), warmup)
     if warmup["errors"]:
         raise RuntimeError(f"warm-up episodes failed: {dict(warmup['errors'])}")
 
@@ -353,7 +454,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     times_start = os.times()
     if profiler is not None:
         profiler.enable()
-    await run_episodes(provider, tool, episodes, args.concurrency, outcome)
+    await run(episodes, args.concurrency, outcome)
     if profiler is not None:
         profiler.disable()
     wall = time.perf_counter() - wall_start
@@ -372,6 +473,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "provider": args.provider,
         "strands_patches": args.strands_patches,
+        "without_strands": args.without_strands,
         "gc_freeze": args.gc_freeze,
         "gc_threshold": args.gc_threshold,
         "concurrency": args.concurrency,
@@ -418,6 +520,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-connections", type=int, default=1000, help="client pool size (both clients)")
     parser.add_argument("--cpu", type=int, help="pin this process to one CPU")
     parser.add_argument("--strands-patches", action="store_true", help="apply strands-notes §6 patches")
+    parser.add_argument(
+        "--without-strands", action="store_true", help="call the provider's stream() directly (no Agent)"
+    )
     parser.add_argument("--gc-freeze", action="store_true", help="gc.freeze() after the warm-up")
     parser.add_argument(
         "--gc-threshold",

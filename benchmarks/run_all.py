@@ -101,6 +101,14 @@ def _machine_section(results: dict[str, dict[str, Any]]) -> list[str]:
     return lines
 
 
+def cells_turns(results: dict[str, Any], concurrency: str) -> float | None:
+    """Ours' end-to-end turns/s over the peer's at one concurrency."""
+    cells = results["sweep"].get(concurrency, {})
+    ours = cells.get("ours", {}).get("turns_per_s")
+    peer = cells.get("peer", {}).get("turns_per_s")
+    return ours / peer if ours and peer else None
+
+
 def provider_findings(results: dict[str, Any]) -> list[str]:
     """Plain-language reading of the provider numbers: ratios, and what bounds ours."""
     sweep = results["sweep"]
@@ -120,12 +128,16 @@ def provider_findings(results: dict[str, Any]) -> list[str]:
         plural = "" if concurrency == "1" else "s"
         text = f"- **{concurrency} concurrent episode{plural}:** ours {ours:.2f} ms CPU per turn"
         if peer:
-            extra_ours = max(ours - floor, 1e-9)
+            paired = (results.get("paired_ratios") or {}).get(concurrency) or {}
+            total = paired.get("total") or peer / ours
+            above = paired.get("above_floor") or (peer - floor) / max(ours - floor, 1e-9)
             text += (
-                f", the peer {peer:.2f} ms: **{peer / ours:.2f}x** in total, "
-                f"**{(peer - floor) / extra_ours:.2f}x** on what the provider adds above Strands' own "
-                f"{floor:.2f} ms"
+                f", the peer {peer:.2f} ms: **{total:.2f}x** in total, **{above:.2f}x** on what the "
+                f"provider adds above Strands' own {floor:.2f} ms"
             )
+        turns = cells_turns(results, concurrency)
+        if turns:
+            text += f"; {turns:.2f}x the peer's turns per second"
         text += f". Strands' agent loop alone is {share:.0f} % of ours."
         lines.append(text)
     lines += [
@@ -142,7 +154,20 @@ def provider_findings(results: dict[str, Any]) -> list[str]:
     concurrency = str((results.get("plan") or {}).get("bounds", {}).get("concurrency"))
     plain = sweep.get(concurrency, {})
     names = {"strands_patches": "the Strands patches", "gc_tuned": "GC tuned"}
+    alone = bounds.get("without_strands", {})
+    if alone.get("ours", {}).get("cpu_ms_per_turn"):
+        ours_alone = alone["ours"]["cpu_ms_per_turn"]
+        text = (
+            f"- **Provider alone** (its `stream()` driven directly, no Strands) at {concurrency} concurrent "
+            f"episodes: ours {ours_alone:.2f} ms per turn"
+        )
+        peer_alone = alone.get("peer", {}).get("cpu_ms_per_turn")
+        if peer_alone:
+            text += f", the peer {peer_alone:.2f} ms: **{peer_alone / ours_alone:.2f}x**"
+        lines.append(text + ".")
     for variant, cells in bounds.items():
+        if variant not in names:
+            continue
         ours_before = plain.get("ours", {}).get("cpu_ms_per_turn")
         ours_after = cells.get("ours", {}).get("cpu_ms_per_turn")
         if not ours_before or not ours_after:

@@ -96,8 +96,16 @@ def test_driver_ours_against_the_dev_server(small_transcripts: list[dict[str, An
             *("--provider", "ours", "--url", server.url, "--transcripts", str(path)),
             *("--concurrency", "2", "--episodes", "4"),
         )
+        alone = _run_driver(
+            tmp_path,
+            *("--provider", "ours", "--url", server.url, "--transcripts", str(path)),
+            *("--concurrency", "2", "--episodes", "4", "--without-strands"),
+        )
     assert result["errors"] == {} and result["tool_misses"] == {}
     assert result["model_calls"] == sum(len(t["turns"]) for t in small_transcripts[:4])
+    # Driven without Strands, the provider sees the same messages and builds the same trajectories.
+    assert alone["errors"] == {} and alone["model_calls"] == result["model_calls"]
+    assert alone["trajectory_tokens"] == result["trajectory_tokens"]
     # Trajectories hold every tool output, so each is longer than the outputs it contains.
     for transcript, tokens in zip(small_transcripts, result["trajectory_tokens"], strict=False):
         tool_tokens = sum(c["output_tokens"] for turn in transcript["turns"] for c in turn["calls"])
@@ -168,6 +176,7 @@ def synthetic_results() -> dict[str, Any]:
         "providers": ["ours", "peer"],
         "sweep": sweep,
         "bounds": {
+            "without_strands": {"ours": _cell(2.0, 300), "peer": _cell(4.4, 200)},
             "strands_patches": {"ours": _cell(3.0, 250), "peer": _cell(5.0, 180), "floor": _cell(0.8, 900)},
             "gc_tuned": {"ours": _cell(3.5, 250), "peer": _cell(4.9, 180), "floor": _cell(1.4, 900)},
         },
@@ -209,7 +218,14 @@ def test_report_states_ratios_and_bounds() -> None:
     assert "# Benchmarks" in document and "Test CPU, 2 CPUs" in document
     assert "![concurrency sweep](benchmarks-concurrency.png)" in document
     assert "**1.50x** in total, **1.80x** on what the provider adds" in document
-    assert "| peer | 6.00 | 5.00 | 4.90 |" in document
+    assert "1.33x the peer's turns per second" in document  # 200 / 150
+    results["paired_ratios"] = {"64": {"total": 1.7, "above_floor": 2.1}}
+    assert "| 64 | 8 | 4.00 | 6.00 | 1.70x |" in bench_provider.render_markdown(results)
+    assert "**1.70x** in total, **2.10x**" in run_all.render_document({"provider": results}, True)
+    assert "| peer | 6.00 | 4.40 | 5.00 | 4.90 |" in document
+    assert "| floor | 1.50 | – | 0.80 | 1.40 |" in document
+    assert "Provider alone, peer/ours: **2.20x**." in document
+    assert "ours 2.00 ms per turn, the peer 4.40 ms: **2.20x**" in document
     assert "With the Strands patches at 64 concurrent episodes: ours 4.00 → 3.00 ms per turn" in document
     assert "peer/ours 1.40x" in document  # GC tuned: 4.9 / 3.5
 
@@ -318,3 +334,13 @@ async def test_mismatched_logprob_ids_are_still_rejected() -> None:
                 await client.generate([1, 2], {})
     finally:
         await runner.cleanup()
+
+
+def test_paired_ratios_pair_runs_of_the_same_repeat() -> None:
+    def runs(*values: float) -> list[dict[str, Any]]:
+        return [{"cpu_ms_per_turn": value} for value in values]
+
+    ratios = bench_provider.paired_ratios({"ours": runs(4, 5), "peer": runs(8, 9), "floor": runs(1, 1)})
+    assert ratios["total"] == pytest.approx((2.0 + 1.8) / 2)
+    assert ratios["above_floor"] == pytest.approx((7 / 3 + 2.0) / 2)
+    assert bench_provider.paired_ratios({"ours": runs(4)}) == {"total": None, "above_floor": None}
