@@ -81,8 +81,8 @@ def plan(quick: bool) -> dict[str, Any]:
         "distinct_transcripts": 256,
         "repeats": 3,
         "repeats_at": {1024: 2},
-        "sweep": {1: 32, 64: 256, 256: 256, 1024: 1024},
-        "bounds": {"concurrency": 64, "episodes": 256, "repeats": 2},
+        "sweep": {1: 32, 64: 192, 256: 256, 1024: 1024},
+        "bounds": {"concurrency": 64, "episodes": 128, "repeats": 2},
         "latency_run": {"concurrency": 64, "episodes": 64, "latency_s": 1.0, "repeats": 2},
         "audit_episodes": 16,
     }
