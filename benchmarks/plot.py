@@ -39,7 +39,8 @@ def plot_sweep(results: dict[str, Any], out: Path) -> Path:
         style = STYLES[provider]
         turns = [sweep[c][provider]["turns_per_s"] for c in concurrencies]
         cost = [sweep[c][provider]["cpu_ms_per_turn"] for c in concurrencies]
-        throughput.plot(xs, turns, marker=style["marker"], color=style["color"], label=style["label"])
+        if provider != "floor":  # no server round trip: its turns/s is not comparable
+            throughput.plot(xs, turns, marker=style["marker"], color=style["color"], label=style["label"])
         cpu.plot(xs, cost, marker=style["marker"], color=style["color"], label=style["label"])
     for axis in (throughput, cpu):
         axis.set_xscale("log", base=2)
@@ -47,12 +48,13 @@ def plot_sweep(results: dict[str, Any], out: Path) -> Path:
         axis.set_xlabel("concurrent episodes")
         axis.grid(True, alpha=0.3)
     throughput.set_ylabel("agent turns per second (end to end)")
-    throughput.set_title("Throughput, zero-latency scripted server")
+    throughput.set_title("Throughput against a zero-latency scripted server")
     cpu.set_ylabel("driver CPU ms per agent turn")
     cpu.set_title("Client CPU per turn (lower is better)")
     cpu.set_ylim(bottom=0)
     throughput.set_ylim(bottom=0)
     cpu.legend(loc="best", fontsize=8)
+    throughput.legend(loc="best", fontsize=8)
     machine = results.get("machine", {})
     figure.suptitle(
         f"Provider benchmark, {results.get('date', '')[:10]}, {machine.get('cpu', '')} "
