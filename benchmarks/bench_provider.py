@@ -73,7 +73,7 @@ def plan(quick: bool) -> dict[str, Any]:
             "repeats": 1,
             "repeats_at": {},
             "sweep": {1: 8, 16: 32, 64: 64},
-            "bounds": {"concurrency": 64, "episodes": 64, "repeats": 1},
+            "bounds": {"concurrency": 16, "episodes": 32, "repeats": 1, "variants": ["without_strands"]},
             "latency_run": {"concurrency": 16, "episodes": 16, "latency_s": 0.5, "repeats": 1},
             "audit_episodes": 4,
         }
@@ -82,7 +82,7 @@ def plan(quick: bool) -> dict[str, Any]:
         "repeats": 3,
         "repeats_at": {1024: 2},
         "sweep": {1: 32, 64: 192, 256: 256, 1024: 1024},
-        "bounds": {"concurrency": 64, "episodes": 128, "repeats": 2},
+        "bounds": {"concurrency": 64, "episodes": 128, "repeats": 2, "variants": list(BOUND_VARIANTS)},
         "latency_run": {"concurrency": 64, "episodes": 64, "latency_s": 1.0, "repeats": 2},
         "audit_episodes": 16,
     }
@@ -465,7 +465,8 @@ def _run_sweep(
                     _progress(provider, concurrency, result)
             if repeat >= spec["repeats"]:
                 continue
-            for variant, options in BOUND_VARIANTS.items():
+            for variant in spec["variants"]:
+                options = BOUND_VARIANTS[variant]
                 for provider in sequence:
                     if provider == "floor" and options.get("without_strands"):
                         continue  # nothing left to measure: no agent loop and no provider work
