@@ -1,6 +1,6 @@
 """Run every benchmark and write docs/benchmarks.md and docs/benchmarks-concurrency.png.
 
-    python benchmarks/run_all.py              # full run (make bench), about 10-15 min on 2 cores
+    python benchmarks/run_all.py              # full run (make bench): ~16 min on 2 cores (provider ~12)
     python benchmarks/run_all.py --quick      # smoke run (< 2 min per benchmark); docs untouched
     python benchmarks/run_all.py --only provider,reward
     python benchmarks/run_all.py --render-only   # rebuild the doc from benchmarks/results/*.json
