@@ -40,4 +40,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/run_all.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis build *.egg-info
+	rm -rf $(VENV) .venv-peer .pytest_cache .ruff_cache .hypothesis build *.egg-info

@@ -9,6 +9,7 @@ from training (``remove_sample=True``, reward preset) with the reason in ``metad
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import math
 import time
@@ -45,6 +46,24 @@ class EpisodeOutcome:
     finish_reason: str = "stop"
     infra_error: str | None = None
     aborted_by_slime: bool = False
+
+
+GC_THRESHOLDS = (50_000, 20, 100)
+_GC_TUNED = False
+
+
+def tune_gc_once() -> None:
+    """Freeze the long-lived heap (slime's and ours) and collect young objects less often.
+
+    Hundreds of episodes allocate many short-lived objects; with the default thresholds the collector
+    rescans everything alive again and again. Measured in benchmarks/ (docs/benchmarks.md)."""
+    global _GC_TUNED
+    if _GC_TUNED:
+        return
+    _GC_TUNED = True
+    gc.freeze()
+    current = gc.get_threshold()
+    gc.set_threshold(*(max(a, b) for a, b in zip(current, GC_THRESHOLDS, strict=True)))
 
 
 def _log_once(message: str) -> None:
@@ -405,6 +424,8 @@ async def generate(
     config = RolloutConfig()
     try:
         config = get_rollout_config(args)
+        if config.gc_tuning:
+            tune_gc_once()
         tokenizer = get_tokenizer(args, config)
         if abort_check():
             outcome = EpisodeOutcome(status="ABORTED", finish_reason="abort", aborted_by_slime=True)

@@ -103,13 +103,16 @@ class TokenTrajectory:
             raise ValueError(f"{len(token_ids)} output tokens but {len(logprobs)} logprobs")
         if not token_ids:
             return
-        clean: list[float] = []
-        for value in logprobs:
-            if value is None or math.isnan(value):
-                self.missing_logprobs += 1
-                clean.append(-math.inf)
-            else:
-                clean.append(float(value))
+        if None not in logprobs and not math.isnan(sum(logprobs)):  # type: ignore[arg-type]
+            clean = logprobs  # the common case, checked at C speed (a NaN makes the sum NaN)
+        else:
+            clean = []
+            for value in logprobs:
+                if value is None or math.isnan(value):
+                    self.missing_logprobs += 1
+                    clean.append(-math.inf)
+                else:
+                    clean.append(float(value))
         self.segment_info.append(Segment("output", len(self.token_ids), len(token_ids)))
         self.token_ids.extend(token_ids)
         self.loss_mask.extend([1] * len(token_ids))
