@@ -7,6 +7,7 @@ follow-ups) are templated and tokenized; the model's own output is never re-enco
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 import uuid
@@ -465,7 +466,11 @@ class SGLangModel(Model):
                 self._tool_errors[tool_use_id] = self._format_tool_error(call.error, call.raw)
             arguments = call.arguments if call.arguments is not None else {}
             yield {"contentBlockStart": {"start": {"toolUse": {"name": call.name, "toolUseId": tool_use_id}}}}
-            yield {"contentBlockDelta": {"delta": {"toolUse": {"input": _json(arguments)}}}}
+            yield {
+                "contentBlockDelta": {
+                    "delta": {"toolUse": {"input": json.dumps(arguments, ensure_ascii=False)}}
+                }
+            }
             yield {"contentBlockStop": {}}
             content.append({"toolUse": {"toolUseId": tool_use_id, "name": call.name, "input": arguments}})
         assistant: dict[str, Any] = {"role": "assistant", "content": visible}
@@ -514,12 +519,6 @@ def _append_turn(trajectory: TokenTrajectory, delta: list[int], response: Genera
     trajectory.add_prompt(delta)
     logprobs = response.output_logprobs or [None] * len(response.output_ids)
     trajectory.add_output(response.output_ids, logprobs)
-
-
-def _json(value: Any) -> str:
-    import json
-
-    return json.dumps(value, ensure_ascii=False)
 
 
 def _fingerprint(

@@ -245,10 +245,10 @@ async def _run_episode(
     sampling_params: Mapping[str, Any],
     evaluation: bool,
     config: RolloutConfig,
+    tokenizer: Any,
     abort_check: Any,
 ) -> tuple[EpisodeOutcome, SGLangModel | None, ToolLimiter | None, Any]:
     system, history, user_text = _prompt_parts(sample.prompt)
-    tokenizer = get_tokenizer(args, config)
     response_budget, context_limit = _budgets(args, config, evaluation)
     model = SGLangModel(
         tokenizer,
@@ -431,7 +431,7 @@ async def generate(
             outcome = EpisodeOutcome(status="ABORTED", finish_reason="abort", aborted_by_slime=True)
         else:
             outcome, model, limiter, tool_stats = await _run_episode(
-                args, sample, dict(sampling_params), evaluation, config, abort_check
+                args, sample, sampling_params, evaluation, config, tokenizer, abort_check
             )
     except asyncio.CancelledError:
         raise
