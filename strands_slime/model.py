@@ -52,6 +52,16 @@ from .errors import ContextLimitExceeded, GenerationAborted, ResponseBudgetExhau
 from .tool_parsers import THINK_CLOSE, THINK_OPEN, ParsedOutput, ToolParser, get_tool_parser, parse_output
 from .trajectory import TokenTrajectory
 
+try:  # Strands >= 1.62: middleware around each model call
+    from strands.middleware import InvokeModelContext, InvokeModelStage
+except ImportError:  # pragma: no cover - depends on the installed Strands
+    InvokeModelContext = InvokeModelStage = None  # type: ignore[assignment,misc]
+
+try:  # a dependency of Strands
+    from opentelemetry import trace as otel_trace
+except ImportError:  # pragma: no cover - depends on the environment
+    otel_trace = None  # type: ignore[assignment]
+
 logger = logging.getLogger(__name__)
 
 
@@ -239,6 +249,8 @@ class SGLangModel(Model):
         self._tool_errors: dict[str, str] = {}
         self._id_prefix = uuid.uuid4().hex[:8]
         self._initial_position = 0
+        self._message_offset = 0
+        """Messages Strands left out of the next call (``_send_only_new_messages``), 0 when none."""
         self._tools_fingerprint: Any = None
         self.last_output_text: str | None = None
         self.last_parsed: ParsedOutput | None = None
@@ -389,7 +401,35 @@ class SGLangModel(Model):
         if add_hook is None:
             return
         add_hook(self._before_tool_call, BeforeToolCallEvent)
+        add_middleware = getattr(agent, "add_middleware", None)
+        if add_middleware is not None and InvokeModelStage is not None:
+            add_middleware(InvokeModelStage.Input, self._send_only_new_messages)
         self._registered_agents.add(agent)
+
+    def _send_only_new_messages(self, context: InvokeModelContext) -> InvokeModelContext:
+        """Strands middleware (Input phase of each model call): hand this model only the messages
+        from its last output on.
+
+        The model reads nothing older (it keeps the tokens), while Strands deep-copies and normalizes
+        the messages it passes, and serializes them for its tracer, on every call: O(history) per
+        turn. The full history stays in ``agent.messages``; when an OpenTelemetry span records, the
+        call is left whole so traces show every message.
+
+        Args:
+            context: The model call's context (its ``messages`` are already Strands' copy).
+
+        Returns:
+            The context, with ``messages`` starting at this model's last output when one is found.
+        """
+        self._message_offset = 0
+        if context.model is not self or _span_records():
+            return context
+        keep = self._matching_output(context.messages, 0)
+        if not keep:
+            return context
+        position = self._outputs[keep - 1].position
+        self._message_offset = position
+        return context.replace(messages=context.messages[position:])
 
     def _before_tool_call(self, event: BeforeToolCallEvent) -> None:
         message = self._tool_errors.pop(str(event.tool_use.get("toolUseId")), None)
@@ -407,27 +447,36 @@ class SGLangModel(Model):
 
     # ------------------------------------------------------------------ prompt assembly
 
-    def _new_messages(self, messages: Messages) -> tuple[bool, Messages]:
-        """Find which messages are new since our last output; roll back turns Strands re-runs.
-
-        Returns ``(initial, new_messages)``."""
+    def _matching_output(self, messages: Messages, offset: int) -> int:
+        """How many recorded outputs to keep: up to the latest one found in ``messages`` (which start at
+        history position ``offset``), 0 when none is."""
         for keep in range(len(self._outputs), 0, -1):
-            record = self._outputs[keep - 1]
-            if record.position < len(messages):
-                message = messages[record.position]
+            index = self._outputs[keep - 1].position - offset
+            if 0 <= index < len(messages):
+                message = messages[index]
                 if (
                     message["role"] == "assistant"
-                    and _message_signature(message["content"]) == record.signature
+                    and _message_signature(message["content"]) == self._outputs[keep - 1].signature
                 ):
-                    self._rollback(keep)
-                    return False, messages[record.position + 1 :]
+                    return keep
+        return 0
+
+    def _new_messages(self, messages: Messages, offset: int = 0) -> tuple[bool, Messages]:
+        """Find which messages are new since our last output; roll back turns Strands re-runs.
+        ``messages`` start at history position ``offset`` (see ``_send_only_new_messages``).
+
+        Returns ``(initial, new_messages)``."""
+        keep = self._matching_output(messages, offset)
+        if keep:
+            self._rollback(keep)
+            return False, messages[self._outputs[keep - 1].position - offset + 1 :]
         if self._outputs and self.new_segment_on_context_change:
             # The agent compacted its context: the trajectory so far is one finished segment and the
             # compacted history starts the next one (fan-out: one training sample per segment).
             self.closed_trajectories.append(self.trajectory)
             self.trajectory = TokenTrajectory()
             self._outputs = []
-        if self._outputs and len(messages) != self._initial_position:
+        if self._outputs and offset + len(messages) != self._initial_position:
             raise TrajectoryDesyncError(
                 "the agent's history no longer contains the model outputs recorded in the trajectory "
                 "(a conversation manager changed it?); use NullConversationManager or call model.reset()"
@@ -446,8 +495,9 @@ class SGLangModel(Model):
         messages: Messages,
         tool_specs: list[ToolSpec] | None,
         system_prompt: str | None,
+        offset: int = 0,
     ) -> tuple[bool, list[int], str, list[dict[str, Any]]]:
-        initial, new_messages = self._new_messages(messages)
+        initial, new_messages = self._new_messages(messages, offset)
         if not initial and not new_messages:
             raise TrajectoryDesyncError(
                 "no new messages since the last model output; nothing to generate from"
@@ -457,7 +507,7 @@ class SGLangModel(Model):
         )
         size = sum(len(m.get("content") or "") for m in template_messages)
         if initial:
-            self._initial_position = len(messages)
+            self._initial_position = offset + len(messages)
             self._tools_fingerprint = _fingerprint(tool_specs, system_prompt)
             text = await self._initial_text(template_messages, tool_specs, system_prompt, size)
         else:
@@ -523,6 +573,9 @@ class SGLangModel(Model):
         **kwargs: Any,
     ) -> AsyncGenerator[StreamEvent, None]:
         """One model turn over the token trajectory; a forced ``tool_choice`` is enforced with a grammar."""
+        offset, self._message_offset = self._message_offset, 0
+        if offset and not self._matching_output(messages, offset):
+            offset = 0  # not the list our middleware trimmed (another one replaced it): a whole history
         self._register_agent_hook(invocation_state)
         if self.abort_check is not None and self.abort_check():
             raise GenerationAborted(
@@ -532,7 +585,7 @@ class SGLangModel(Model):
             system_prompt = "".join(str(b["text"]) for b in system_prompt_content if "text" in b) or None
 
         initial, delta, prompt_text, turn_messages = await self._prompt_delta(
-            messages, tool_specs, system_prompt
+            messages, tool_specs, system_prompt, offset
         )
         input_len = len(self.trajectory) + len(delta)
         try:
@@ -588,7 +641,9 @@ class SGLangModel(Model):
         self.stats.prompt_tokens += response.prompt_tokens or 0
         self.stats.cached_tokens += response.cached_tokens
         self.stats.completion_tokens += response.completion_tokens
-        async for event in self._emit(messages, response, tool_specs, prompt_text, turn_messages):
+        async for event in self._emit(
+            offset + len(messages), response, tool_specs, prompt_text, turn_messages
+        ):
             yield event
 
     def _turn_sampling_params(
@@ -621,7 +676,7 @@ class SGLangModel(Model):
 
     async def _emit(
         self,
-        messages: Messages,
+        history_length: int,
         response: GenerateResponse,
         tool_specs: list[ToolSpec] | None,
         prompt_text: str,
@@ -684,7 +739,7 @@ class SGLangModel(Model):
             ]
         self._outputs.append(
             _OutputRecord(
-                position=len(messages),
+                position=history_length,
                 signature=_message_signature(content),
                 prompt_messages=turn_messages,
                 assistant=assistant,
@@ -713,6 +768,11 @@ class SGLangModel(Model):
                 "metrics": {"latencyMs": int((latency or 0.0) * 1000)},
             }
         }
+
+
+def _span_records() -> bool:
+    """Whether an OpenTelemetry span records here (Strands' model-call span would then record too)."""
+    return otel_trace is not None and otel_trace.get_current_span().is_recording()
 
 
 def _append_turn(trajectory: TokenTrajectory, delta: list[int], response: GenerateResponse) -> None:

@@ -1,0 +1,157 @@
+"""The model reads only the messages after its last output: Strands hands it just those (middleware),
+and the token trajectory is the same as when it gets the whole history."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from helpers import think, tool_call
+from strands import Agent, tool
+from strands.agent.conversation_manager import NullConversationManager
+from strands.event_loop.streaming import process_stream
+from strands.middleware import InvokeModelStage, ModelStopReason
+
+from strands_slime.client import SGLangClient
+from strands_slime.devserver import DevServer
+from strands_slime.model import SGLangModel
+
+SCRIPT = [
+    {
+        "match": "triangle",
+        "replies": [
+            think("Compute area.", "Computing.\n" + tool_call("print(3*4/2)")),
+            think("Check once more.", tool_call("print(6)") + "\n" + tool_call("print(6.0)")),
+            think("Check again.", tool_call("print(2*3)")),
+            think("Done.", "Answer: \\boxed{6}"),
+        ],
+    }
+]
+PROMPT = "Area of the triangle with legs 3 and 4?"
+
+
+def tool_output(code: str) -> str:
+    return f"ran: {code}"
+
+
+@tool
+async def execute_python_code(code: str) -> str:
+    """Execute Python code and return what it prints.
+
+    Args:
+        code: The program to run.
+    """
+    return tool_output(code)
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[SGLangClient]:
+    server = await DevServer(backend="scripted", script=SCRIPT).start()
+    client = SGLangClient(server.url, retry_delay=0.01, max_retry_delay=0.05)
+    yield client
+    await client.close()
+    await server.stop()
+
+
+def make_agent(model: SGLangModel) -> Agent:
+    return Agent(
+        model=model,
+        tools=[execute_python_code],
+        callback_handler=None,
+        conversation_manager=NullConversationManager(),
+        retry_strategy=None,
+    )
+
+
+def trajectory_lists(model: SGLangModel) -> tuple[list[int], list[int], list[float]]:
+    model.trajectory.check()
+    return model.trajectory.token_ids, model.trajectory.loss_mask, model.trajectory.logprobs
+
+
+def without_call_ids(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Tool-call ids carry a random per-episode prefix."""
+    return [{k: v for k, v in m.items() if k != "tool_call_id"} for m in messages]
+
+
+async def whole_history_episode(model: SGLangModel) -> None:
+    """The agent loop without Strands: every call gets the whole history (no middleware runs)."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": [{"text": PROMPT}]}]
+    for _ in range(len(SCRIPT[0]["replies"])):
+        stop: Any = None
+        async for event in process_stream(model.stream(messages, [execute_python_code.tool_spec], None)):
+            if isinstance(event, ModelStopReason):
+                stop = event
+        assert stop is not None
+        stop_reason, message, _usage, _metrics = stop["stop"]
+        messages.append(message)
+        uses = [block["toolUse"] for block in message["content"] if "toolUse" in block]
+        if stop_reason != "tool_use":
+            return
+        messages.append(
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "toolResult": {
+                            "toolUseId": use["toolUseId"],
+                            "status": "success",
+                            "content": [{"text": tool_output(use["input"]["code"])}],
+                        }
+                    }
+                    for use in uses
+                ],
+            }
+        )
+    raise AssertionError("the episode did not end")
+
+
+async def test_agent_sends_only_new_messages_and_tokens_match_whole_history(
+    qwen3_tokenizer: Any, client: SGLangClient
+) -> None:
+    model = SGLangModel(tokenizer=qwen3_tokenizer, client=client)
+    agent = make_agent(model)
+    sent: list[int] = []
+
+    async def record(context: Any, next_fn: Any) -> AsyncIterator[Any]:
+        sent.append(len(context.messages))
+        async for event in next_fn(context):
+            yield event
+
+    agent.add_middleware(InvokeModelStage, record)  # Wrap runs after every Input handler
+    result = await agent.invoke_async(PROMPT)
+    assert result.stop_reason == "end_turn"
+    # The first call has the prompt; each later one the last output and the tool results.
+    assert sent == [1, 2, 2, 2]
+    assert len(agent.messages) == 8, "the agent keeps its whole history"
+
+    reference = SGLangModel(tokenizer=qwen3_tokenizer, client=client)
+    await whole_history_episode(reference)
+    assert trajectory_lists(model) == trajectory_lists(reference)
+    assert without_call_ids(model.transcript()) == without_call_ids(reference.transcript())
+
+
+async def test_a_middleware_that_restores_the_whole_history_is_followed(
+    qwen3_tokenizer: Any, client: SGLangClient
+) -> None:
+    """Another middleware may replace the messages after ours: the model then reads them as a whole
+    history (no stale offset)."""
+    model = SGLangModel(tokenizer=qwen3_tokenizer, client=client)
+    agent = make_agent(model)
+    sent: list[int] = []
+
+    async def restore(context: Any, next_fn: Any) -> AsyncIterator[Any]:
+        context = context.replace(messages=copy.deepcopy(context.agent.messages))
+        sent.append(len(context.messages))
+        async for event in next_fn(context):
+            yield event
+
+    agent.add_middleware(InvokeModelStage, restore)
+    await agent.invoke_async(PROMPT)
+    assert sent == [1, 3, 5, 7]
+
+    reference = SGLangModel(tokenizer=qwen3_tokenizer, client=client)
+    await whole_history_episode(reference)
+    assert trajectory_lists(model) == trajectory_lists(reference)
+    assert model.stats.rolled_back_turns == 0
