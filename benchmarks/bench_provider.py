@@ -58,10 +58,14 @@ BOUND_VARIANTS: dict[str, dict[str, Any]] = {
     "without_strands": {"without_strands": True},
     "strands_patches": {"strands_patches": True},
     "gc_tuned": {"gc_freeze": True, "gc_threshold": (50_000, 20, 100)},
+    "default_gc": {"rollout_gc": False},
 }
 """What bounds the provider: its own cost with no agent loop around it (``stream()`` called directly),
 Strands' per-cycle cost (the strands-notes §6 patches remove most of it) and the cyclic garbage
-collector (gc.freeze() after start-up plus rarer collections)."""
+collector (gc.freeze() after start-up plus rarer collections; ``default_gc`` runs ours without the GC
+settings its rollout applies by default, so only ours runs it)."""
+OURS_OVER_PEER_GOAL = 0.5
+"""Issue 17: ours/peer CPU per turn at most this at 64 and 256 concurrent episodes."""
 
 
 def plan(quick: bool) -> dict[str, Any]:
@@ -239,6 +243,7 @@ def run_driver(
     strands_patches: bool = False,
     gc_freeze: bool = False,
     gc_threshold: tuple[int, int, int] | None = None,
+    rollout_gc: bool = True,
     timeout: float = 900,
 ) -> dict[str, Any]:
     """One driver process; returns its result plus the server CPU it caused."""
@@ -273,6 +278,8 @@ def run_driver(
         command.append("--gc-freeze")
     if gc_threshold:
         command += ["--gc-threshold", ",".join(map(str, gc_threshold))]
+    if not rollout_gc:
+        command.append("--no-rollout-gc")
     load_before = os.getloadavg()[0]
     server_cpu = server.cpu_seconds() if server is not None else 0.0
     started = time.perf_counter()
@@ -339,17 +346,20 @@ def paired_ratios(by_provider: dict[str, list[dict[str, Any]]]) -> dict[str, flo
     """Median over repeats of peer/ours, each ratio from runs of the same repeat (interleaved, so they
     saw the same machine speed), in total and above that repeat's Strands floor."""
     ours, peer, floor = by_provider.get("ours", []), by_provider.get("peer", []), by_provider.get("floor", [])
-    total, above = [], []
+    total, above, ours_over_peer = [], [], []
     for ours_run, peer_run, floor_run in zip(ours, peer, floor, strict=False):
         ours_ms, peer_ms = ours_run["cpu_ms_per_turn"], peer_run["cpu_ms_per_turn"]
         floor_ms = floor_run["cpu_ms_per_turn"]
         if ours_ms and peer_ms:
             total.append(peer_ms / ours_ms)
+            ours_over_peer.append(ours_ms / peer_ms)
             if floor_ms is not None and ours_ms > floor_ms:
                 above.append((peer_ms - floor_ms) / (ours_ms - floor_ms))
     return {
         "total": statistics.median(total) if total else None,
         "above_floor": statistics.median(above) if above else None,
+        "ours_over_peer": statistics.median(ours_over_peer) if ours_over_peer else None,
+        "ours_over_peer_all": ours_over_peer,
     }
 
 
@@ -470,6 +480,8 @@ def _run_sweep(
                 for provider in sequence:
                     if provider == "floor" and options.get("without_strands"):
                         continue  # nothing left to measure: no agent loop and no provider work
+                    if provider != "ours" and "rollout_gc" in options:
+                        continue  # only ours has rollout GC settings to leave out
                     result = run_driver(
                         python,
                         provider,
@@ -653,6 +665,8 @@ def render_markdown(results: dict[str, Any]) -> str:
             paired = (results.get("paired_ratios") or {}).get(concurrency, {}).get("above_floor")
             row += f" {peer_extra:.2f} | {f'{paired:.2f}x' if paired else _ratio(peer_extra, ours_extra)} |"
         lines.append(row)
+    if has_peer:
+        lines += _goal_lines(results)
     lines += [
         "",
         "| concurrent episodes | provider | loop lag p99 / max ms | RSS per in-flight episode KB | "
@@ -713,6 +727,30 @@ def render_markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _goal_lines(results: dict[str, Any]) -> list[str]:
+    """ours/peer CPU per turn, repeat by repeat, against the issue's goal."""
+    lines = [
+        "",
+        f"ours/peer CPU per turn (goal: at most {OURS_OVER_PEER_GOAL} at 64 and 256 concurrent episodes; "
+        "each repeat's ratio from runs made back to back, the median of them):",
+        "",
+        "| concurrent episodes | ours/peer | per repeat | goal met |",
+        "|---|---|---|---|",
+    ]
+    for concurrency in results["sweep"]:
+        paired = (results.get("paired_ratios") or {}).get(concurrency, {})
+        ratio = paired.get("ours_over_peer")
+        each = ", ".join(f"{value:.2f}" for value in paired.get("ours_over_peer_all") or [])
+        if ratio is None:
+            met = "n/a"
+        elif concurrency in ("64", "256"):
+            met = "yes" if ratio <= OURS_OVER_PEER_GOAL else "no"
+        else:
+            met = "–"
+        lines.append(f"| {concurrency} | {_fmt(ratio)} | {each or 'n/a'} | {met} |")
+    return lines
+
+
 def _bounds_lines(results: dict[str, Any]) -> list[str]:
     """The bound measurements next to the plain run at the same concurrency."""
     bounds = results.get("bounds") or {}
@@ -737,6 +775,13 @@ def _bounds_lines(results: dict[str, Any]) -> list[str]:
             f"| {provider} | {_fmt(cell['cpu_ms_per_turn'])} | {_fmt(alone) if provider != 'floor' else '–'} | "
             f"{_fmt(patched)} | {_fmt(tuned)} |"
         )
+    default_gc = bounds.get("default_gc", {}).get("ours", {}).get("cpu_ms_per_turn")
+    if default_gc is not None and "ours" in plain:
+        lines += [
+            "",
+            f"Ours with CPython's default GC (`gc_tuning: false`): {_fmt(default_gc)} ms per turn "
+            f"(as shipped, with the rollout's GC settings: {_fmt(plain['ours']['cpu_ms_per_turn'])}).",
+        ]
     alone_ours = bounds.get("without_strands", {}).get("ours", {}).get("cpu_ms_per_turn")
     alone_peer = bounds.get("without_strands", {}).get("peer", {}).get("cpu_ms_per_turn")
     if alone_ours and alone_peer:
@@ -748,8 +793,10 @@ def _bounds_lines(results: dict[str, Any]) -> list[str]:
         "the provider's own CPU per turn. *Strands patched*: no OpenTelemetry serialization of the "
         "messages when no span records, and no deep copy of the history per model call. *GC tuned*: "
         "`gc.freeze()` after start-up and `gc.set_threshold(50000, 20, 100)`. The patches and the GC "
-        "settings are applied inside the driver process only, to measure the bound; neither provider "
-        "does either by itself.",
+        "settings are applied inside the driver process only, to measure the bound. *As shipped*, ours "
+        "runs with the GC settings `strands_slime.generate` applies once per rollout process by default "
+        "(`gc_tuning: true`: `gc.freeze()` and gen-0 threshold 50,000, opt-out), so its *GC tuned* "
+        "column measures the same settings; the peer and the floor run with CPython's defaults.",
     ]
     return lines
 

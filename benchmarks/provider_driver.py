@@ -13,6 +13,9 @@ Providers:
   peer   strands_sglang.SGLangModel (0.6.2)
   floor  the same agent loop with an in-process scripted Strands model: no HTTP, no tokenizer. What
          any provider pays for Strands itself.
+``ours`` runs as ``strands_slime.generate`` runs it in slime's rollout process: after the warm-up it
+applies the rollout's default GC settings (``gc_tuning: true``: ``gc.freeze()`` and a higher gen-0
+threshold); ``--no-rollout-gc`` leaves CPython's defaults. The peer and the floor keep the defaults.
 ``--strands-patches`` applies the two patches of strands-notes §6 (no telemetry serialization when
 no span records; no deep copy in ``_normalize_messages``) to show which part of the cost is Strands'.
 """
@@ -436,6 +439,11 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
 
     tick_cpu_s = await calibrate_ticker()
     gc.collect()
+    rollout_gc = args.provider == "ours" and args.rollout_gc
+    if rollout_gc:
+        from strands_slime.rollout import tune_gc_once
+
+        tune_gc_once()  # what strands_slime.generate does in the rollout process (gc_tuning: true)
     if args.gc_freeze:
         gc.freeze()
     if args.gc_threshold:
@@ -475,6 +483,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         "provider": args.provider,
         "strands_patches": args.strands_patches,
         "without_strands": args.without_strands,
+        "rollout_gc": rollout_gc,
         "gc_freeze": args.gc_freeze,
         "gc_threshold": args.gc_threshold,
         "concurrency": args.concurrency,
@@ -523,6 +532,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--strands-patches", action="store_true", help="apply strands-notes §6 patches")
     parser.add_argument(
         "--without-strands", action="store_true", help="call the provider's stream() directly (no Agent)"
+    )
+    parser.add_argument(
+        "--no-rollout-gc",
+        dest="rollout_gc",
+        action="store_false",
+        help="ours: leave CPython's GC defaults (as with gc_tuning: false) instead of what generate() sets",
     )
     parser.add_argument("--gc-freeze", action="store_true", help="gc.freeze() after the warm-up")
     parser.add_argument(

@@ -91,16 +91,18 @@ def test_driver_ours_against_the_dev_server(small_transcripts: list[dict[str, An
     transcript_data.save(small_transcripts, path)
     script = transcript_data.dev_server_script(small_transcripts)
     with DevServerThread("scripted", script=script, context_length=65536) as server:
+        # In process: --no-rollout-gc keeps the rollout's gc.freeze() out of the test session.
         result = _run_driver(
             tmp_path,
             *("--provider", "ours", "--url", server.url, "--transcripts", str(path)),
-            *("--concurrency", "2", "--episodes", "4"),
+            *("--concurrency", "2", "--episodes", "4", "--no-rollout-gc"),
         )
         alone = _run_driver(
             tmp_path,
             *("--provider", "ours", "--url", server.url, "--transcripts", str(path)),
-            *("--concurrency", "2", "--episodes", "4", "--without-strands"),
+            *("--concurrency", "2", "--episodes", "4", "--without-strands", "--no-rollout-gc"),
         )
+    assert result["rollout_gc"] is False
     assert result["errors"] == {} and result["tool_misses"] == {}
     assert result["model_calls"] == sum(len(t["turns"]) for t in small_transcripts[:4])
     # Driven without Strands, the provider sees the same messages and builds the same trajectories.
@@ -343,4 +345,19 @@ def test_paired_ratios_pair_runs_of_the_same_repeat() -> None:
     ratios = bench_provider.paired_ratios({"ours": runs(4, 5), "peer": runs(8, 9), "floor": runs(1, 1)})
     assert ratios["total"] == pytest.approx((2.0 + 1.8) / 2)
     assert ratios["above_floor"] == pytest.approx((7 / 3 + 2.0) / 2)
-    assert bench_provider.paired_ratios({"ours": runs(4)}) == {"total": None, "above_floor": None}
+    assert ratios["ours_over_peer"] == pytest.approx((0.5 + 5 / 9) / 2)
+    assert ratios["ours_over_peer_all"] == pytest.approx([0.5, 5 / 9])
+    alone = bench_provider.paired_ratios({"ours": runs(4)})
+    assert alone["total"] is None and alone["above_floor"] is None and alone["ours_over_peer"] is None
+
+
+def test_report_checks_the_ours_over_peer_goal() -> None:
+    results = synthetic_results()
+    results["sweep"]["256"] = results["sweep"]["64"]
+    results["paired_ratios"] = {
+        "64": {"total": 2.2, "ours_over_peer": 0.45, "ours_over_peer_all": [0.44, 0.45, 0.47]},
+        "256": {"total": 1.8, "ours_over_peer": 0.55, "ours_over_peer_all": [0.55]},
+    }
+    markdown = bench_provider.render_markdown(results)
+    assert "| 64 | 0.45 | 0.44, 0.45, 0.47 | yes |" in markdown
+    assert "| 256 | 0.55 | 0.55 | no |" in markdown
