@@ -233,6 +233,20 @@ _ATTEMPT_FIELDS: dict[str, Any] = {
 }
 """Sample fields an attempt writes, with their fresh values (lists and info objects are added below)."""
 
+SAMPLE_RESULT_FIELDS: tuple[str, ...] = (
+    "tokens",
+    *_ATTEMPT_FIELDS,
+    "weight_versions",
+    "spec_info",
+    "prefix_cache_info",
+    "status",
+    "metadata",
+    "session_id",
+    "rollout_id",
+)
+"""Every Sample attribute ``generate`` writes: what a worker process of the episode executor
+(:mod:`strands_slime.executor`) ships back onto slime's own sample."""
+
 
 def reset_attempt(sample: Any) -> None:
     """Undo whatever an earlier attempt (ours or another generate's) left on the sample."""
@@ -322,6 +336,18 @@ async def _warm_up(args: Any, config: RolloutConfig) -> Any:
     with contextlib.suppress(SGLangClientError):  # the model asks again and logs it
         await get_client(args, config).max_model_len()
     return tokenizer
+
+
+async def warm_up(args: Any, config: RolloutConfig, abort_check: Any) -> Any:
+    """The loop's one-time start-up (:func:`_warm_up`), shared by every episode of this loop that asks;
+    returns the tokenizer. The episode executor's workers run it before they report ready."""
+    key = (
+        id(config),
+        getattr(args, "sglang_router_ip", None),
+        getattr(args, "sglang_router_port", None),
+        getattr(args, "hf_checkpoint", None),
+    )
+    return await startup.once_per_loop(key, lambda: _warm_up(args, config), abort_check)
 
 
 async def _build_tools(config: RolloutConfig, abort_check: Any) -> tuple[list[Any], Any]:
@@ -641,8 +667,16 @@ async def generate(
 
     Raises :class:`~strands_slime.config.ConfigError` on a configuration error (invalid rollout YAML,
     a chat-templated prompt, an unloadable tokenizer): every sample would fail the same way, so the
-    job must stop before spending GPU time. Anything else becomes a well-formed sample."""
+    job must stop before spending GPU time. Anything else becomes a well-formed sample.
+
+    With ``executor: {workers: N}`` in the rollout config the episode runs in one of N worker
+    processes (:mod:`strands_slime.executor`) and its result is written back onto ``sample``."""
     try:
+        config = get_rollout_config(args)
+        if config.executor.workers is not None:
+            from .executor import generate_in_worker
+
+            return await generate_in_worker(args, sample, sampling_params, evaluation, config)
         return await _generate(args, sample, sampling_params, evaluation)
     except ConfigError as exc:
         _log_once(f"strands_slime rollout configuration error, stopping: {exc}")
@@ -661,13 +695,7 @@ async def _generate(args: Any, sample: Any, sampling_params: Mapping[str, Any], 
     try:
         if config.gc_tuning:
             tune_gc_once()
-        warm_up_key = (
-            id(config),
-            getattr(args, "sglang_router_ip", None),
-            getattr(args, "sglang_router_port", None),
-            getattr(args, "hf_checkpoint", None),
-        )
-        tokenizer = await startup.once_per_loop(warm_up_key, lambda: _warm_up(args, config), abort_check)
+        tokenizer = await warm_up(args, config, abort_check)
         await startup.episode_turn()  # hundreds of episodes start at once: a few per loop iteration
         if abort_check():
             outcome = EpisodeOutcome(status="ABORTED", finish_reason="abort", aborted_by_slime=True)
