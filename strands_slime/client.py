@@ -334,6 +334,7 @@ class _AbortWatch:
                 del self._waiting[check]
                 if not self._waiting and self._poller is not None:
                     self._poller.cancel()  # nothing waits: leave no idle poller behind
+                    self._poller = None  # a wait added before it unwinds needs a new one
         if task in self._aborted:
             self._aborted.discard(task)
             return True
