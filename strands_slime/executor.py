@@ -132,6 +132,8 @@ class ExecutorStats:
     worker_crashes: int = 0
     abort_propagation_seconds: list[float] = dataclasses.field(default_factory=list)
     """Per (abort change, worker): from the parent reading the flag to the worker's flag being set."""
+    abort_seen_at: list[float] = dataclasses.field(default_factory=list)
+    """Per (abort change, worker): ``time.monotonic()`` when the worker's flag was set."""
 
 
 @dataclasses.dataclass
@@ -313,6 +315,7 @@ class EpisodeExecutor:
         elif kind == "abort_seen":
             _, _, _, parent_time, worker_time = message
             self.stats.abort_propagation_seconds.append(worker_time - parent_time)
+            self.stats.abort_seen_at.append(worker_time)
         elif kind == "ready":
             if not worker.ready.done():
                 worker.ready.set_result(message[1])
