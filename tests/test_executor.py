@@ -100,6 +100,12 @@ async def server() -> AsyncIterator[DevServer]:
         await executor.shutdown_executors()
 
 
+@pytest_asyncio.fixture(loop_scope="module", scope="module")
+async def workers(server: DevServer) -> executor.EpisodeExecutor:
+    """The shared executor, started before any test's deadlines run (start-up takes seconds of CPU)."""
+    return await executor.get_executor(worker_args(server.url), get_rollout_config(worker_args(server.url)))
+
+
 def worker_args(url: str, **overrides: Any) -> Any:
     args = make_args(url, **overrides)
     args.strands_slime = CONFIG
@@ -116,7 +122,9 @@ def comparable(sample: Sample) -> dict[str, Any]:
 
 @pytest.mark.slow
 @pytestmark_workers
-async def test_workers_give_the_in_process_result(server: DevServer) -> None:
+async def test_workers_give_the_in_process_result(
+    server: DevServer, workers: executor.EpisodeExecutor
+) -> None:
     local = [new_sample(q) for q in QUESTIONS]
     for sample in local:
         await generate(make_args(server.url, strands_slime=IN_PROCESS), sample, dict(PARAMS))
@@ -146,7 +154,9 @@ async def test_workers_give_the_in_process_result(server: DevServer) -> None:
 
 @pytest.mark.slow
 @pytestmark_workers
-async def test_abort_reaches_workers_within_100_ms_and_nothing_is_sent_after(server: DevServer) -> None:
+async def test_abort_reaches_workers_within_100_ms_and_nothing_is_sent_after(
+    server: DevServer, workers: executor.EpisodeExecutor
+) -> None:
     running = await executor.get_executor(
         worker_args(server.url), get_rollout_config(worker_args(server.url))
     )
@@ -184,7 +194,9 @@ async def test_abort_reaches_workers_within_100_ms_and_nothing_is_sent_after(ser
 
 @pytest.mark.slow
 @pytestmark_workers
-async def test_a_server_abort_makes_the_sample_aborted(server: DevServer) -> None:
+async def test_a_server_abort_makes_the_sample_aborted(
+    server: DevServer, workers: executor.EpisodeExecutor
+) -> None:
     args = worker_args(server.url, abort_event=threading.Event())
     before = len(server.request_log)
     server.scheduler.token_latency = 0.05  # a long reply, token by token: the abort lands mid-reply
@@ -202,9 +214,10 @@ async def test_a_server_abort_makes_the_sample_aborted(server: DevServer) -> Non
 
 @pytest.mark.slow
 @pytestmark_workers
-async def test_a_crashed_worker_fails_its_episodes_and_is_replaced(server: DevServer) -> None:
-    config = get_rollout_config(worker_args(server.url))
-    running = await executor.get_executor(worker_args(server.url), config)
+async def test_a_crashed_worker_fails_its_episodes_and_is_replaced(
+    server: DevServer, workers: executor.EpisodeExecutor
+) -> None:
+    running = workers
     started = running.stats.workers_started
     aborted = threading.Event()
     args = worker_args(server.url, abort_event=aborted)
