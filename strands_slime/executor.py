@@ -474,8 +474,11 @@ class EpisodeExecutor:
         if len(results) > 1:
             template = _copy(sample)
             outputs += [_copy(template) for _ in results[1:]]
+        aborted = bool(abort_check())
         for target, fields in zip(outputs, results, strict=True):
             apply_result(target, fields)
+            if aborted:
+                mark_aborted_by_slime(target)
         self.stats.parent_codec_seconds += time.thread_time() - started
         return outputs if rollout._fans_out(self.config, evaluation) else sample
 
@@ -524,6 +527,20 @@ def apply_result(sample: Any, fields: dict[str, Any]) -> None:
             setattr(sample, name, type(current)(**value) if current is not None else value)
         else:
             setattr(sample, name, value)
+
+
+def mark_aborted_by_slime(sample: Any) -> None:
+    """What the in-process path makes of an episode that ends while slime's flag is set: ABORTED by
+    slime, whatever the worker saw (a server abort, or an end just before the flag reached it)."""
+    metadata = sample.metadata
+    if slime_compat.status_name(sample) == "aborted" and metadata.get("abort_source") == "slime":
+        return
+    sample.status = slime_compat.status(sample, "ABORTED")
+    sample.remove_sample = False
+    sample.reward = None
+    metadata.pop("truncation", None)
+    metadata.pop("raw_reward", None)
+    metadata.update(finish_reason="abort", abort_source="slime", infra_error=None)
 
 
 # ---------------------------------------------------------------------- slime's side: generate
