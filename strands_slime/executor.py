@@ -241,6 +241,9 @@ class EpisodeExecutor:
                 f"executor worker {index} (pid {process.pid}) did not start within "
                 f"executor.start_timeout_s={timeout:g} s"
             ) from None
+        except BaseException:  # it reported why it cannot start (or we were cancelled): leave no process
+            self._kill(worker)
+            raise
         self.stats.workers_started += 1
         self._worker_ready.set()
         return worker
@@ -321,6 +324,7 @@ class EpisodeExecutor:
                 worker.ready.set_result(message[1])
         elif kind == "init_error":
             _, category, text = message
+            text = " ".join(str(text).split())  # one line, whatever the library's message looked like
             if not worker.ready.done():
                 prefix = f"executor worker {worker.index} (pid {worker.process.pid}) could not start"
                 worker.ready.set_exception(ConfigError(f"{prefix}: {text}" if category != "config" else text))
