@@ -88,9 +88,11 @@ class LoopTicker:
             wall, cpu = now_wall, now_cpu
 
     def start(self) -> None:
+        """Start ticking on the running loop."""
         self._task = asyncio.get_running_loop().create_task(self._tick())
 
     async def stop(self) -> None:
+        """Stop ticking."""
         assert self._task is not None
         self._task.cancel()
         await asyncio.gather(self._task, return_exceptions=True)
@@ -264,6 +266,7 @@ def table(results: list[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run every case in its own process and print the table (or JSON)."""
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )

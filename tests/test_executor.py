@@ -68,6 +68,36 @@ async def test_unpicklable_args_field_fails_at_start() -> None:
     assert not list(executor._RUNNING)
 
 
+def executor_children() -> set[int]:
+    """Live child processes of this test process that run the executor's worker."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                ppid = int(stat.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                command = cmdline.read()
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == os.getpid() and b"strands_slime.executor" in command and alive(int(entry)):
+            found.add(int(entry))
+    return found
+
+
+@pytest.mark.slow
+async def test_a_worker_that_cannot_start_is_one_config_line_and_leaves_no_process() -> None:
+    before = executor_children()
+    args = make_args("http://127.0.0.1:9")
+    args.strands_slime = {"tools": [], "tokenizer_path": "/nonexistent/tokenizer", "executor": {"workers": 1}}
+    with pytest.raises(ConfigError) as caught:
+        await generate(args, new_sample("plain"), dict(PARAMS))
+    message = str(caught.value)
+    assert message.startswith("cannot load the tokenizer") and "\n" not in message, message
+    await wait_until(lambda: executor_children() <= before, 10, "the failed worker to exit")
+
+
 def test_result_fields_are_plain_and_cheap() -> None:
     """What crosses back is the fields generate writes, in plain types: a few bytes per token."""
     sample = Sample(prompt="p", tokens=list(range(150_000, 150_000 + 4000)), response_length=3000)
@@ -100,10 +130,42 @@ async def server() -> AsyncIterator[DevServer]:
         await executor.shutdown_executors()
 
 
+START_UP: dict[str, float] = {}
+
+
+async def loop_cpu_ticker(into: list[float]) -> None:
+    """CPU of this loop's thread between two 2 ms wakes: what one loop iteration cost."""
+    cpu = time.thread_time()
+    while True:
+        await asyncio.sleep(0.002)
+        now = time.thread_time()
+        into.append(now - cpu)
+        cpu = now
+
+
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
 async def workers(server: DevServer) -> executor.EpisodeExecutor:
-    """The shared executor, started before any test's deadlines run (start-up takes seconds of CPU)."""
-    return await executor.get_executor(worker_args(server.url), get_rollout_config(worker_args(server.url)))
+    """The shared executor, started before any test's deadlines run (start-up takes seconds of CPU);
+    the loop's longest iteration during the start is kept for the test below."""
+    iterations: list[float] = []
+    ticker = asyncio.ensure_future(loop_cpu_ticker(iterations))
+    try:
+        running = await executor.get_executor(
+            worker_args(server.url), get_rollout_config(worker_args(server.url))
+        )
+    finally:
+        ticker.cancel()
+    START_UP["max_loop_cpu_s"] = max(iterations)
+    START_UP["wakes"] = len(iterations)
+    return running
+
+
+@pytest.mark.slow
+@pytestmark_workers
+async def test_workers_start_off_the_event_loop(workers: executor.EpisodeExecutor) -> None:
+    """Starting the workers (imports, tokenizer, sandbox: seconds of CPU) never holds slime's loop."""
+    assert START_UP["wakes"] > 10
+    assert START_UP["max_loop_cpu_s"] < 0.05, START_UP
 
 
 def worker_args(url: str, **overrides: Any) -> Any:
