@@ -213,6 +213,47 @@ async def measure(url: str, workers: int, concurrency: int) -> dict[str, Any]:
     return result
 
 
+def codec_cost(tokens: int, repeats: int = 200) -> dict[str, Any]:
+    """Crossing cost of one finished sample of ``tokens`` tokens (3/4 of them response, tool segments
+    included): the worker's pack + pickle, and slime's unpickle + apply, in CPU µs (this thread), and
+    the bytes; next to it, the size of the whole Sample pickled as it is."""
+    import pickle
+    import random
+
+    from strands_slime import executor
+    from strands_slime.slime_compat import Sample
+
+    rng = random.Random(0)
+    response = tokens * 3 // 4
+    sample = Sample(prompt=[{"role": "user", "content": "x" * 2000}], index=1, group_index=1, label="42")
+    sample.tokens = [rng.randrange(151_000) for _ in range(tokens)]
+    sample.response_length = response
+    sample.loss_mask = [int(rng.random() < 0.8) for _ in range(response)]
+    sample.rollout_log_probs = [-rng.random() * 3 if mask else 0.0 for mask in sample.loss_mask]
+    sample.response = "y" * (response * 4)
+    sample.weight_versions = ["7"] * 8
+    sample.status = Sample.Status.COMPLETED
+    sample.metadata = {"turns": 8, "turn_seconds": [0.5] * 8, "final_text": "z" * 2000, "tool_calls": 7}
+    worker = time.thread_time()
+    for _ in range(repeats):
+        payload = pickle.dumps(("done", 0, [executor.pack_result(sample)]), protocol=5)
+    worker = (time.thread_time() - worker) / repeats
+    target = Sample(prompt=sample.prompt)
+    parent = time.thread_time()
+    for _ in range(repeats):
+        executor.apply_result(target, pickle.loads(payload)[2][0])
+    parent = (time.thread_time() - parent) / repeats
+    assert target.tokens == sample.tokens and target.rollout_log_probs == sample.rollout_log_probs
+    whole = len(pickle.dumps(sample, protocol=5))
+    return {
+        "tokens": tokens,
+        "bytes": len(payload),
+        "whole_sample_pickle_bytes": whole,
+        "worker_pack_us": round(worker * 1e6, 1),
+        "slime_decode_apply_us": round(parent * 1e6, 1),
+    }
+
+
 def run_case(workers: int, concurrency: int, tool_turns: int, latency: float) -> dict[str, Any]:
     """A fresh server and this process's measurement (call it in a fresh process)."""
     from strands_slime.devserver import DevServerProcess
@@ -265,6 +306,20 @@ def table(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def codec_table(rows: list[dict[str, Any]]) -> str:
+    """The crossing cost of large samples as a Markdown table."""
+    lines = [
+        "| sample tokens | bytes back | whole Sample pickled, bytes | worker pack + pickle CPU µs | slime unpickle + apply CPU µs |",
+        "|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['tokens']} | {r['bytes']} | {r['whole_sample_pickle_bytes']} | {r['worker_pack_us']} "
+            f"| {r['slime_decode_apply_us']} |"
+        )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run every case in its own process and print the table (or JSON)."""
     parser = argparse.ArgumentParser(
@@ -280,11 +335,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tool-turns", type=int, default=2, help="tool calls per episode before the answer")
     parser.add_argument("--latency", type=float, default=0.0, help="server seconds before each reply")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    parser.add_argument("--codec-only", action="store_true", help="only the crossing cost of large samples")
     parser.add_argument("--case", nargs=2, type=int, metavar=("WORKERS", "C"), help=argparse.SUPPRESS)
     options = parser.parse_args(argv)
     if options.case:
         result = run_case(options.case[0], options.case[1], options.tool_turns, options.latency)
         print(json.dumps(result))
+        return 0
+    codec = [codec_cost(tokens) for tokens in (2_000, 16_000, 64_000)]
+    if options.codec_only:
+        print(json.dumps(codec) if options.json else codec_table(codec))
         return 0
     if any(c < 1 for c in options.concurrency) or options.tool_turns < 0 or options.latency < 0:
         parser.error("--concurrency must be >= 1, --tool-turns and --latency >= 0")
@@ -308,6 +368,7 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
     report = {
+        "codec": codec,
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": machine(),
         "tool_turns": options.tool_turns,
@@ -321,6 +382,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{report['date']}, {report['machine']['cpu']}, {cores} cores, Python {report['machine']['python']}"
         )
         print(table(results))
+        print()
+        print(codec_table(codec))
     return 0
 
 
