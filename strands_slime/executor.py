@@ -624,6 +624,21 @@ async def _start(args_fields: dict[str, Any], config: RolloutConfig) -> EpisodeE
     return await EpisodeExecutor(args_fields, config).start()
 
 
+_FAST: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, dict[tuple[int, int], tuple[Any, RolloutConfig, EpisodeExecutor]]
+] = weakref.WeakKeyDictionary()
+
+
+def _running_executor(args: Any, config: RolloutConfig) -> EpisodeExecutor | None:
+    """The executor already running for these very ``args`` and config objects (slime's are the same
+    for every episode): no key to build, no task to create per episode. The entry holds both objects,
+    so their ids cannot be reused by others while it exists."""
+    found = _FAST.get(asyncio.get_running_loop(), {}).get((id(args), id(config)))
+    if found is None or found[2].closed:
+        return None
+    return found[2]
+
+
 async def get_executor(args: Any, config: RolloutConfig, abort_check: Any = None) -> EpisodeExecutor:
     """The running executor of this event loop for these ``args`` and this config, started on first use
     (shared by every episode that arrives meanwhile; a failed start is raised to all of them and the
@@ -646,11 +661,14 @@ async def get_executor(args: Any, config: RolloutConfig, abort_check: Any = None
                 del entries[key]
 
         entry.add_done_callback(forget_failure)
-    return await run_abortable(asyncio.shield(entry), abort_check, "the episode executor's start-up")
+    running = await run_abortable(asyncio.shield(entry), abort_check, "the episode executor's start-up")
+    _FAST.setdefault(asyncio.get_running_loop(), {})[(id(args), id(config))] = (args, config, running)
+    return running
 
 
 async def shutdown_executors() -> None:
     """Stop every executor of the running event loop (e.g. at the end of an offline run or a test)."""
+    _FAST.pop(asyncio.get_running_loop(), None)
     entries = _EXECUTORS.pop(asyncio.get_running_loop(), {})
     for entry in entries.values():
         if entry.done() and not entry.cancelled() and entry.exception() is None:
@@ -671,12 +689,14 @@ async def generate_in_worker(
     Raises :class:`ConfigError` as ``generate`` does; a worker that dies mid-episode gives a FAILED,
     removed sample whose ``metadata.infra_error`` names the worker and how it died."""
     started = time.perf_counter()
+    if config.gc_tuning:
+        rollout.tune_gc_once()  # slime's process still holds every sample in flight
+    await startup.episode_turn()  # slime starts every episode at once: a few per loop iteration
     abort_check = slime_compat.abort_check(args)
     rollout.reset_attempt(sample)
     want_top_p = rollout._wants_top_p(args, sampling_params, evaluation)
     try:
-        executor = await get_executor(args, config, abort_check)
-        await startup.episode_turn()  # slime starts every episode at once: dispatch a few per loop iteration
+        executor = _running_executor(args, config) or await get_executor(args, config, abort_check)
         result = await executor.run(args, sample, sampling_params, evaluation, abort_check)
         seconds = round(time.perf_counter() - started, 6)  # the parent's view: shipping included
         for item in result if isinstance(result, list) else [result]:
