@@ -38,12 +38,47 @@ try:  # SGLang itself depends on orjson, so slime's image has it; the stdlib is 
 except ImportError:  # pragma: no cover - depends on the environment
     orjson = None  # type: ignore[assignment]
 
+from .client_errors import (
+    BODY_EXCERPT_CHARS,
+    RETRYABLE_STATUSES,
+    SGLangAbortedError,
+    SGLangBadRequestError,
+    SGLangClientError,
+    SGLangConnectionError,
+    SGLangContextLengthError,
+    SGLangDecodingError,
+    SGLangHTTPError,
+    SGLangThrottledError,
+    SGLangTimeoutError,
+    classify_http_error,
+)
+
+__all__ = [  # the errors live in client_errors; importing them from here keeps working
+    "ABORT_BATCH",
+    "ABORT_POLL_S",
+    "DEFAULT_FIRST_BYTE_TIMEOUT_S",
+    "DEFAULT_STALL_TIMEOUT_S",
+    "RETRYABLE_STATUSES",
+    "ROUTING_KEY_HEADER",
+    "FinishReason",
+    "GenerateResponse",
+    "SGLangAbortedError",
+    "SGLangBadRequestError",
+    "SGLangClient",
+    "SGLangClientError",
+    "SGLangConnectionError",
+    "SGLangContextLengthError",
+    "SGLangDecodingError",
+    "SGLangHTTPError",
+    "SGLangThrottledError",
+    "SGLangTimeoutError",
+    "classify_http_error",
+    "run_abortable",
+]
+
 logger = logging.getLogger(__name__)
 
 ROUTING_KEY_HEADER = "X-SMG-Routing-Key"
-RETRYABLE_STATUSES = frozenset({408, 429, 503})
-_CONTEXT_ERROR_MARKERS = ("exceed", "longer than", "context length", "too long", "maximum length")
-_BODY_EXCERPT_CHARS = 500
 _METADATA_MAX_RETRIES = 3
 _CONTEXT_RESERVING_SPECULATIVE_ALGORITHMS = frozenset({"EAGLE", "EAGLE3", "NEXTN", "FROZEN_KV_MTP"})
 """SGLang's ``SpeculativeAlgorithm.is_eagle()`` family: their draft tokens take context slots."""
@@ -58,76 +93,6 @@ DEFAULT_STALL_TIMEOUT_S = 60.0
 """SGLang writes a non-streaming reply in one go: a minute without bytes mid-reply is a dead connection."""
 
 T = TypeVar("T")
-
-
-class SGLangClientError(Exception):
-    """Base class of every error raised by :class:`SGLangClient`."""
-
-    retryable: bool = False
-
-
-class SGLangHTTPError(SGLangClientError):
-    """The server answered with a non-200 status."""
-
-    def __init__(self, status: int, body: str, *, url: str = "", attempts: int = 1) -> None:
-        self.status = status
-        self.body = body
-        self.url = url
-        self.attempts = attempts
-        self.retryable = status >= 500 or status in RETRYABLE_STATUSES
-        excerpt = body if len(body) <= _BODY_EXCERPT_CHARS else body[:_BODY_EXCERPT_CHARS] + "..."
-        where = f" from {url}" if url else ""
-        tries = f" after {attempts} attempts" if attempts > 1 else ""
-        super().__init__(f"HTTP {status}{where}{tries}: {excerpt}")
-
-
-class SGLangBadRequestError(SGLangHTTPError):
-    """A deterministic client error (400 invalid parameter, 401/403/404 ...): retrying cannot help."""
-
-
-class SGLangContextLengthError(SGLangBadRequestError):
-    """The prompt (plus ``max_new_tokens``) does not fit in the model's context window."""
-
-
-class SGLangThrottledError(SGLangHTTPError):
-    """The server is overloaded (408/429/503) and stayed so for every retry."""
-
-
-class SGLangConnectionError(SGLangClientError):
-    """The server could not be reached (refused, reset, timed out) for every retry."""
-
-    retryable = True
-
-
-class SGLangTimeoutError(SGLangConnectionError):
-    """A deadline passed: ``timeout`` (retried), the reply stalled mid-body (retried), or no reply at all
-    within ``first_byte_timeout`` (not retried: the generation itself is too slow or the server hung)."""
-
-    def __init__(self, message: str, *, retryable: bool) -> None:
-        super().__init__(message)
-        self.retryable = retryable
-
-
-class SGLangAbortedError(SGLangClientError):
-    """The caller's abort flag was set: the request was not sent, or its wait was cut short."""
-
-
-class SGLangDecodingError(SGLangClientError):
-    """The server returned a body that is not the JSON we expect (truncated, garbled, wrong shape)."""
-
-    retryable = True
-
-
-def classify_http_error(status: int, body: str, *, url: str = "", attempts: int = 1) -> SGLangHTTPError:
-    """Map a status and body to the typed error the caller should see."""
-    if status in RETRYABLE_STATUSES:
-        return SGLangThrottledError(status, body, url=url, attempts=attempts)
-    if status >= 500:
-        return SGLangHTTPError(status, body, url=url, attempts=attempts)
-    lowered = body.lower()
-    if status == 400 and any(marker in lowered for marker in _CONTEXT_ERROR_MARKERS):
-        return SGLangContextLengthError(status, body, url=url, attempts=attempts)
-    return SGLangBadRequestError(status, body, url=url, attempts=attempts)
 
 
 @dataclass(slots=True)
@@ -602,7 +567,7 @@ class SGLangClient:
                         try:
                             return _decode_json(raw)
                         except ValueError as exc:
-                            excerpt = raw[:_BODY_EXCERPT_CHARS].decode(errors="replace")
+                            excerpt = raw[:BODY_EXCERPT_CHARS].decode(errors="replace")
                             last_error = SGLangDecodingError(f"invalid JSON from {url} ({exc}): {excerpt!r}")
                     else:
                         last_error = classify_http_error(

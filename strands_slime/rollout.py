@@ -33,7 +33,8 @@ from strands.types.exceptions import MaxTokensReachedException
 from . import slime_compat, startup
 from .chat import get_templater
 from .chat_families import UnsupportedChatTemplate
-from .client import SGLangAbortedError, SGLangClient, SGLangClientError
+from .client import SGLangClient
+from .client_errors import SGLangAbortedError, SGLangClientError
 from .config import ConfigError, RolloutConfig, get_rollout_config
 from .errors import EpisodeEnded, GenerationAborted, find_episode_end
 from .limits import ToolLimiter
