@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from .chat_families import ChatFamily, resolve_chat_family
+from .runtime import get_runtime
 from .tool_parsers import THINK_CLOSE, THINK_OPEN
 
 ANCHOR = "\u27e6strands-slime-anchor\u27e7"
@@ -369,9 +370,6 @@ def _compile(chat_template: str) -> Any:
     return _compile_jinja_template(chat_template)
 
 
-_TEMPLATERS: dict[tuple[int, str | None, str, str | None], ChatTemplater] = {}
-
-
 def get_templater(
     tokenizer: Any,
     *,
@@ -389,7 +387,8 @@ def get_templater(
         ),
         chat_family,
     )
-    templater = _TEMPLATERS.get(key)
+    templaters = get_runtime().templaters
+    templater = templaters.get(key)
     if templater is None or templater.tokenizer is not tokenizer:
         templater = ChatTemplater(
             tokenizer,
@@ -398,5 +397,5 @@ def get_templater(
             template_kwargs=template_kwargs,
             chat_family=chat_family,
         )
-        _TEMPLATERS[key] = templater
+        templaters[key] = templater
     return templater

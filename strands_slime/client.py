@@ -476,6 +476,11 @@ class SGLangClient:
                     connector._close()
                 del self._loops[loop]
 
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` was called (a closed client raises on every request)."""
+        return self._closed
+
     async def close(self) -> None:
         """Close the sessions of this loop (and of any loop already closed)."""
         loop = asyncio.get_running_loop()

@@ -19,6 +19,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from .runtime import get_runtime
 from .sandbox import SandboxConfig
 
 CONFIG_ENV = "STRANDS_SLIME_CONFIG"
@@ -266,9 +267,6 @@ def load_config(path: str | os.PathLike[str]) -> RolloutConfig:
     return parse_config(_load_yaml(path), source=str(path))
 
 
-_CACHE: dict[tuple[Any, ...], RolloutConfig] = {}
-
-
 def get_rollout_config(args: Any = None) -> RolloutConfig:
     """The configuration for this run (cached per source; see the module docstring for the order)."""
     inline = getattr(args, CONFIG_KEY, None) if args is not None else None
@@ -290,11 +288,8 @@ def get_rollout_config(args: Any = None) -> RolloutConfig:
     else:
         key = ("defaults",)
         loader = RolloutConfig
-    config = _CACHE.get(key)
-    if config is None:
-        config = loader()
-        _CACHE[key] = config
-    return config
+    runtime = get_runtime()
+    return runtime.cached(runtime.configs, key, loader)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,7 +18,6 @@ Run as ``python -m strands_slime.math_answer --worker`` it is that worker: JSON 
 from __future__ import annotations
 
 import asyncio
-import atexit
 import functools
 import importlib.util
 import json
@@ -37,6 +36,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 from typing import Literal
+
+from strands_slime.runtime import get_runtime
 
 __all__ = [
     "AnswerCheck",
@@ -452,29 +453,22 @@ class MathVerifier:
         self._executor.shutdown(wait=False, cancel_futures=True)
 
 
-_VERIFIERS: dict[tuple[float, int], MathVerifier] = {}
-_VERIFIERS_LOCK = threading.Lock()
-
-
 def get_math_verifier(timeout_s: float = 2.0, workers: int = 1) -> MathVerifier | None:
-    """The shared verifier for these settings, or None when math-verify isn't installed."""
+    """The shared verifier for these settings (kept by the runtime), or None when math-verify isn't
+    installed.
+
+    Raises:
+        ValueError: ``timeout_s`` is not positive or ``workers`` is below 1.
+    """
     if not math_verify_available():
         return None
-    key = (float(timeout_s), int(workers))
-    with _VERIFIERS_LOCK:
-        verifier = _VERIFIERS.get(key)
+    key = ("math-verify", float(timeout_s), int(workers))
+    runtime = get_runtime()
+    with runtime.lock:  # creating one starts no process (workers start on the first check)
+        verifier = runtime.verifiers.get(key)
         if verifier is None:
-            verifier = _VERIFIERS[key] = MathVerifier(timeout_s=timeout_s, workers=workers)
+            verifier = runtime.verifiers[key] = MathVerifier(timeout_s=timeout_s, workers=workers)
         return verifier
-
-
-@atexit.register
-def _close_verifiers() -> None:
-    with _VERIFIERS_LOCK:
-        verifiers = list(_VERIFIERS.values())
-        _VERIFIERS.clear()
-    for verifier in verifiers:
-        verifier.close()
 
 
 def _worker_main() -> None:
