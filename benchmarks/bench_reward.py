@@ -24,13 +24,11 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from strands_slime.math_answer import (  # noqa: E402
-    MathVerifier,
+from strands_slime.math_answer import MathVerifier, check_answer, math_verify_available  # noqa: E402
+from strands_slime.math_answer.normalize import (  # noqa: E402
     _normalize_cached,
     _normalize_label_cached,
     _parse_number_cached,
-    check_answer,
-    math_verify_available,
 )
 from strands_slime.reward import RewardConfig, reward_func  # noqa: E402
 
