@@ -451,7 +451,7 @@ class SGLangClient:
         state = self._loops.get(loop)
         if state is not None and not state.session.closed:
             return state
-        self._forget_dead_loops()
+        await self._forget_dead_loops()
         # The pool size is enforced by ``slots``; the connector never makes a request wait (its own
         # wait would count against aiohttp's deadlines). Request deadlines are ours (see _exchange).
         connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300)
@@ -467,14 +467,13 @@ class SGLangClient:
         self._loops[loop] = state
         return state
 
-    def _forget_dead_loops(self) -> None:
-        """Mark sessions of closed loops as closed (they cannot be awaited any more)."""
+    async def _forget_dead_loops(self) -> None:
+        """Close the sessions of closed loops. aiohttp's public ``close`` only marks such a session
+        closed (its connections died with their loop) and never waits, whatever loop awaits it."""
         for loop, state in list(self._loops.items()):
             if loop.is_closed():
-                connector = state.session.connector
-                if connector is not None and not connector.closed:
-                    connector._close()
                 del self._loops[loop]
+                await state.session.close()
 
     @property
     def closed(self) -> bool:
@@ -487,7 +486,7 @@ class SGLangClient:
         state = self._loops.pop(loop, None)
         if state is not None:
             await state.guard.aclose()  # type: ignore[attr-defined]
-        self._forget_dead_loops()
+        await self._forget_dead_loops()
         for other_loop, other in list(self._loops.items()):
             if other_loop.is_running():
                 asyncio.run_coroutine_threadsafe(other.session.close(), other_loop)

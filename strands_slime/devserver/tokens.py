@@ -98,8 +98,9 @@ class TokenizerWorker:
     def decodes_by_concatenation(self) -> bool:
         """True for byte-level tokenizers: decode(a + b) == decode(a) + decode(b) at a character
         boundary. Others (SentencePiece strips a leading space) must decode whole sequences."""
-        backend = getattr(self.tokenizer, "_tokenizer", None) or getattr(
-            self.tokenizer, "backend_tokenizer", None
+        # transformers' public backend_tokenizer, else our RustTokenizer's own attribute
+        backend = getattr(self.tokenizer, "backend_tokenizer", None) or getattr(
+            self.tokenizer, "_tokenizer", None
         )
         decoder = getattr(backend, "decoder", None)
         return type(decoder).__name__ == "ByteLevel" and not getattr(

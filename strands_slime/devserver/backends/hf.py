@@ -130,7 +130,7 @@ class HFBackend(Backend):
             else:
                 model = self._load(str(model_path))
         self.model = model.eval()
-        self.model_path = model_path or str(getattr(model.config, "_name_or_path", "") or "in-memory")
+        self.model_path = model_path or str(getattr(model.config, "name_or_path", "") or "in-memory")
         self.config = model.config
         text_config = self.config.get_text_config()
         self.vocab_size = int(text_config.vocab_size)
