@@ -365,6 +365,7 @@ class ChatTemplater:
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
     def decode(self, token_ids: Sequence[int]) -> str:
+        """Decode with special tokens kept (the exact text of the ids)."""
         with self._lock:
             return self._decode_unlocked(token_ids)
 
@@ -388,6 +389,7 @@ class ChatTemplater:
         return await asyncio.get_running_loop().run_in_executor(self._worker(), self.encode, text)
 
     async def decode_async(self, token_ids: Sequence[int]) -> str:
+        """Decode, off the event loop when the ids are many or the tokenizer is busy."""
         if len(token_ids) * 4 <= self.offload_chars and self._lock.acquire(blocking=False):
             try:
                 return self._decode_unlocked(token_ids)

@@ -108,6 +108,11 @@ class FinishReason:
 
     @classmethod
     def parse(cls, value: Any) -> FinishReason | None:
+        """``meta_info.finish_reason`` as SGLang sends it (a string or a mapping); None when absent.
+
+        Raises:
+            SGLangDecodingError: it is neither a string nor a mapping.
+        """
         if value is None:
             return None
         if isinstance(value, str):
@@ -137,10 +142,12 @@ class GenerateResponse:
 
     @property
     def rid(self) -> str | None:
+        """The request id SGLang gave this generation (``meta_info.id``)."""
         return self.meta_info.get("id")
 
     @property
     def is_abort(self) -> bool:
+        """True when the server aborted the generation (the output so far is still returned)."""
         return self.finish_reason is not None and self.finish_reason.type == "abort"
 
     @property
@@ -150,19 +157,23 @@ class GenerateResponse:
 
     @property
     def completion_tokens(self) -> int:
+        """Tokens generated (``meta_info.completion_tokens``, else the number of output ids)."""
         return int(self.meta_info.get("completion_tokens", len(self.output_ids)) or 0)
 
     @property
     def cached_tokens(self) -> int:
+        """Prompt tokens served from the prefix cache (0 when not reported)."""
         return int(self.meta_info.get("cached_tokens") or 0)
 
     @property
     def e2e_latency(self) -> float | None:
+        """Seconds from arrival to the last token as the server measured them, if reported."""
         value = self.meta_info.get("e2e_latency")
         return float(value) if value is not None else None
 
     @property
     def weight_version(self) -> str | None:
+        """The weight version that generated this output (slime's weight updates), if reported."""
         return self.meta_info.get("weight_version")
 
     @classmethod

@@ -822,6 +822,7 @@ class Sandbox:
             return await self._backend.execute(code, timeout_s, cpu_s)
 
     async def close(self) -> None:
+        """Shut the backend down (the zygote and its workers); later runs return an ``INFRA`` failure."""
         self._closed = True
         await self._backend.close()
 
