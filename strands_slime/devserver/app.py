@@ -22,7 +22,6 @@ from aiohttp import web
 
 from strands_slime import __version__
 from strands_slime.devserver.backends.base import Backend
-from strands_slime.devserver.engine import GenerationRequest, MoEShape
 from strands_slime.devserver.protocol import (
     ContextLimits,
     ParsedGenerate,
@@ -33,6 +32,7 @@ from strands_slime.devserver.protocol import (
     parse_generate,
     speculative_server_args,
 )
+from strands_slime.devserver.request import GenerationRequest, MoEShape
 from strands_slime.devserver.scheduler import Scheduler
 
 if TYPE_CHECKING:

@@ -1,4 +1,4 @@
-"""Per-request state and SGLang's finishing and response-shaping rules, shared by every backend.
+"""SGLang's finishing and response-shaping rules, shared by every backend.
 
 Finish precedence at one token: stop string (or ``stop_regex``), then EOS/``stop_token_ids``, then
 length. ``output_ids`` keep the token that finished the request; the text trims it as the matrix in
@@ -8,32 +8,26 @@ docs/devserver.md says.
 from __future__ import annotations
 
 import array
-import asyncio
 import base64
 import copy
 import math
 import re
 import time
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from strands_slime.devserver.backends.base import LogprobPairs, PrefillResult, TokenStep
-from strands_slime.devserver.protocol import SamplingParams, SpeculativeDecoding
+from strands_slime.devserver.request import (
+    GenerationRequest,
+    LogprobPairs,
+    MoEShape,
+    PrefillResult,
+    TokenStep,
+)
 
 if TYPE_CHECKING:
     from strands_slime.devserver.tokens import TokenizerWorker
 
 ABORTED_RUNNING = {"type": "abort", "message": "Aborted", "status_code": None, "err_type": None}
 ABORTED_QUEUED = {"type": "abort", "message": "Abort in waiting queue"}
-
-
-@dataclass(frozen=True, slots=True)
-class MoEShape:
-    """What the dev server pretends its MoE looks like when asked for routed experts."""
-
-    num_layers: int
-    topk: int
-    num_experts: int
 
 
 def encode_int32(values: list[int]) -> str:
@@ -51,65 +45,6 @@ def routed_expert_ids(token_ids: list[int], start: int, shape: MoEShape) -> list
             first = (seed + layer * 0xC2B2AE3D) % shape.num_experts
             flat.extend((first + k) % shape.num_experts for k in range(shape.topk))
     return flat
-
-
-@dataclass(eq=False)
-class GenerationRequest:
-    """One prompt being served (a batch or ``n > 1`` request becomes several of these)."""
-
-    rid: str
-    input_ids: list[int]
-    params: SamplingParams
-    max_new_tokens: int
-    stop_token_ids: frozenset[int]
-    return_logprob: bool = False
-    logprob_start_len: int = -1
-    top_logprobs_num: int = 0
-    token_ids_logprob: list[int] | None = None
-    return_text_in_logprobs: bool = False
-    return_prompt_token_ids: bool = False
-    seed: int = 0
-    received_at: float = field(default_factory=time.perf_counter)
-    backend_state: Any = None
-    return_top_p_token_ids: bool = False
-    routed_experts: MoEShape | None = None
-    routed_experts_start_len: int = 0
-    speculative: SpeculativeDecoding | None = None
-    grammar: Any = None
-    """The compiled ``json_schema``/``regex``/``ebnf`` constraint (devserver/grammar.py), if any."""
-
-    status: str = "new"  # new -> queued -> running -> finished
-    abort_requested: bool = False
-    output_ids: list[int] = field(default_factory=list)
-    output_logprobs: list[float] = field(default_factory=list)
-    output_top_logprobs: list[LogprobPairs | None] = field(default_factory=list)
-    output_token_ids_logprobs: list[LogprobPairs | None] = field(default_factory=list)
-    output_top_p_ids: list[list[int]] = field(default_factory=list)
-    prefill: PrefillResult | None = None
-    finish_reason: dict[str, Any] | None = None
-    matched_regex: bool = False
-    future: asyncio.Future[dict[str, Any]] | None = None
-    progress: asyncio.Event | None = None
-    wake: asyncio.Event = field(default_factory=asyncio.Event)
-
-    @property
-    def prompt_tokens(self) -> int:
-        return len(self.input_ids)
-
-    @property
-    def wants_input_logprobs(self) -> bool:
-        return self.return_logprob and self.logprob_start_len >= 0
-
-    def accept(self, steps: list[TokenStep]) -> None:
-        for step in steps:
-            self.output_ids.append(step.token_id)
-            self.output_logprobs.append(step.logprob)
-            if self.top_logprobs_num:
-                self.output_top_logprobs.append(step.top_logprobs)
-            if self.token_ids_logprob:
-                self.output_token_ids_logprobs.append(step.token_ids_logprobs)
-            if self.return_top_p_token_ids:
-                self.output_top_p_ids.append(step.top_p_ids or [step.token_id])
 
 
 def scan_token_ids(request: GenerationRequest, steps: list[TokenStep]) -> tuple[int, dict[str, Any] | None]:

@@ -25,13 +25,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 
-from strands_slime.devserver.backends.base import Backend, Generation, PrefillResult, TokenStep
+from strands_slime.devserver.backends.base import Backend, Generation
 from strands_slime.devserver.prefix_cache import PrefixCache
+from strands_slime.devserver.request import GenerationRequest, PrefillResult, TokenStep
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
-    from strands_slime.devserver.engine import GenerationRequest
     from strands_slime.devserver.tokens import TokenizerWorker
 
 logger = logging.getLogger(__name__)

@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from strands_slime.devserver.backends.base import Backend, Generation, PrefillResult, TokenStep
+from strands_slime.devserver.backends.base import Backend, Generation
 from strands_slime.devserver.prefix_cache import PrefixCache
 from strands_slime.devserver.protocol import ProtocolError
+from strands_slime.devserver.request import GenerationRequest, PrefillResult, TokenStep
 
 if TYPE_CHECKING:
-    from strands_slime.devserver.engine import GenerationRequest
     from strands_slime.devserver.tokens import TokenizerWorker
 
 ASSISTANT_MARKER = "<|im_start|>assistant"
