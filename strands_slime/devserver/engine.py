@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import array
 import base64
-import copy
 import math
 import re
 import time
@@ -135,12 +134,11 @@ class OutputRenderer:
     def __init__(self, tokens: TokenizerWorker) -> None:
         self.tokens = tokens
 
-    def _text_sync(self, request: GenerationRequest, final: bool) -> str:
+    def _text_sync(self, request: GenerationRequest) -> str:
         ids = request.output_ids
         finish = request.finish_reason or {}
         if (
-            final
-            and finish.get("type") == "stop"
+            finish.get("type") == "stop"
             and isinstance(finish.get("matched"), int)
             and not request.params.no_stop_trim
         ):
@@ -150,9 +148,7 @@ class OutputRenderer:
             skip_special_tokens=request.params.skip_special_tokens,
             spaces_between_special_tokens=request.params.spaces_between_special_tokens,
         )
-        if final:
-            return _text_cut(text, request)
-        return text.rstrip("\ufffd")  # hold back an incomplete UTF-8 character while streaming
+        return _text_cut(text, request)
 
     def _entries(
         self, values: list[float | None], ids: list[int], texts: dict[int, str] | None
@@ -174,13 +170,13 @@ class OutputRenderer:
             )
         return rendered
 
-    def _render_sync(self, request: GenerationRequest, *, final: bool, weight_version: str) -> dict[str, Any]:
-        text = self._text_sync(request, final)
+    def _render_sync(self, request: GenerationRequest, *, weight_version: str) -> dict[str, Any]:
+        text = self._text_sync(request)
         prefill = request.prefill or PrefillResult(cached_tokens=0)
         completion = len(request.output_ids)
         meta: dict[str, Any] = {
             "id": request.rid,
-            "finish_reason": request.finish_reason if final else None,
+            "finish_reason": request.finish_reason,
             "prompt_tokens": request.prompt_tokens,
             "weight_version": weight_version,
             "num_retractions": 0,
@@ -221,15 +217,13 @@ class OutputRenderer:
         meta["reasoning_tokens"] = 0
         meta["completion_tokens"] = completion
         meta["cached_tokens"] = prefill.cached_tokens
-        if final:
-            meta["weight_versions"] = [{"version": weight_version, "start": 0, "end": completion}]
+        meta["weight_versions"] = [{"version": weight_version, "start": 0, "end": completion}]
         meta["cached_tokens_details"] = (
             {"device": prefill.cached_tokens, "host": 0} if prefill.cached_tokens else None
         )
         meta["dp_rank"] = None
-        self._replay_meta(request, meta, final)
-        if final:
-            meta["e2e_latency"] = time.perf_counter() - request.received_at
+        self._replay_meta(request, meta)
+        meta["e2e_latency"] = time.perf_counter() - request.received_at
         meta["response_sent_to_client_ts"] = time.time()
         body: dict[str, Any] = {"text": text, "output_ids": list(request.output_ids), "meta_info": meta}
         if request.return_prompt_token_ids:
@@ -237,7 +231,7 @@ class OutputRenderer:
         return body
 
     @staticmethod
-    def _replay_meta(request: GenerationRequest, meta: dict[str, Any], final: bool) -> None:
+    def _replay_meta(request: GenerationRequest, meta: dict[str, Any]) -> None:
         """What RL trainers replay: top-p nucleus spans (slime's patched SGLang, requested with
         ``custom_params.return_top_p_token_ids``), routed experts and speculative-decoding counters."""
         completion = len(request.output_ids)
@@ -250,7 +244,7 @@ class OutputRenderer:
             meta["top_p_token_ids"] = encode_int32(kept)
             meta["top_p_token_offsets"] = encode_int32(offsets)
         finish = request.finish_reason or {}
-        if final and request.routed_experts is not None and finish.get("type") != "abort":
+        if request.routed_experts is not None and finish.get("type") != "abort":
             sequence = request.input_ids + request.output_ids
             meta["routed_experts"] = encode_int32(
                 routed_expert_ids(sequence, request.routed_experts_start_len, request.routed_experts)
@@ -268,18 +262,9 @@ class OutputRenderer:
             meta["spec_accept_token_num"] = correct
             meta["spec_draft_token_num"] = proposed
 
-    async def render(
-        self, request: GenerationRequest, *, weight_version: str, final: bool = True
-    ) -> dict[str, Any]:
-        # A streamed request keeps growing on the loop while the tokenizer thread renders: hand it a
-        # consistent snapshot of the output lists.
-        snapshot = copy.copy(request)
-        snapshot.output_ids = list(request.output_ids)
-        snapshot.output_logprobs = list(request.output_logprobs)
-        snapshot.output_top_logprobs = list(request.output_top_logprobs)
-        snapshot.output_token_ids_logprobs = list(request.output_token_ids_logprobs)
-        snapshot.output_top_p_ids = list(request.output_top_p_ids)
-        return await self.tokens.run(self._render_sync, snapshot, final=final, weight_version=weight_version)
+    async def render(self, request: GenerationRequest, *, weight_version: str) -> dict[str, Any]:
+        """The response body of a finished request (decoding runs on the tokenizer thread)."""
+        return await self.tokens.run(self._render_sync, request, weight_version=weight_version)
 
 
 def render_queued_abort(request: GenerationRequest, weight_version: str) -> dict[str, Any]:

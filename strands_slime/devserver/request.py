@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from strands_slime.devserver.protocol import SamplingParams, SpeculativeDecoding
+from strands_slime.devserver.protocol import SamplingParams, SpeculativeDecoding, new_rid
 
 LogprobPairs = list[tuple[float, int]]
 """``[(logprob, token_id), ...]`` as used for top-k and requested-id logprobs."""
@@ -51,10 +51,29 @@ class MoEShape:
     topk: int
     num_experts: int
 
+    @classmethod
+    def from_option(cls, value: tuple[int, ...] | None) -> MoEShape | None:
+        """Parse ``--routed-experts L K [E]`` (E defaults to ``max(8, K)``); None leaves it off.
+
+        Raises:
+            ValueError: for a wrong arity, a non-positive value or ``K > E``.
+        """
+        if value is None:
+            return None
+        if len(value) not in (2, 3) or any(int(v) < 1 for v in value):
+            raise ValueError(
+                f"routed_experts must be (num_layers, topk[, num_experts]) of positive ints, got {value}"
+            )
+        layers, topk = int(value[0]), int(value[1])
+        experts = int(value[2]) if len(value) == 3 else max(8, topk)
+        if topk > experts:
+            raise ValueError(f"routed_experts: topk {topk} exceeds num_experts {experts}")
+        return cls(layers, topk, experts)
+
 
 @dataclass(eq=False)
 class GenerationRequest:
-    """One prompt being served (a batch or ``n > 1`` request becomes several of these)."""
+    """One prompt being served (an ``n > 1`` request becomes several of these)."""
 
     rid: str
     input_ids: list[int]
@@ -88,18 +107,19 @@ class GenerationRequest:
     finish_reason: dict[str, Any] | None = None
     matched_regex: bool = False
     future: asyncio.Future[dict[str, Any]] | None = None
-    progress: asyncio.Event | None = None
-    wake: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
     def prompt_tokens(self) -> int:
+        """Number of prompt tokens (``meta_info.prompt_tokens``)."""
         return len(self.input_ids)
 
     @property
     def wants_input_logprobs(self) -> bool:
+        """Whether prompt-token logprobs were asked for (``logprob_start_len >= 0``)."""
         return self.return_logprob and self.logprob_start_len >= 0
 
     def accept(self, steps: list[TokenStep]) -> None:
+        """Append the tokens the finishing rules accepted, with the logprob views asked for."""
         for step in steps:
             self.output_ids.append(step.token_id)
             self.output_logprobs.append(step.logprob)
@@ -109,3 +129,28 @@ class GenerationRequest:
                 self.output_token_ids_logprobs.append(step.token_ids_logprobs)
             if self.return_top_p_token_ids:
                 self.output_top_p_ids.append(step.top_p_ids or [step.token_id])
+
+    def sample_copy(self, *, seed: int, warmup: bool = False) -> GenerationRequest:
+        """A fresh request for one of ``n > 1`` samples, with a new uuid rid (so aborting the
+        caller's rid misses it, as in SGLang); ``warmup`` is SGLang's hidden prefill-only request."""
+        return GenerationRequest(
+            rid=new_rid(),
+            input_ids=self.input_ids,
+            params=self.params,
+            max_new_tokens=0 if warmup else self.max_new_tokens,
+            stop_token_ids=self.stop_token_ids,
+            return_logprob=False if warmup else self.return_logprob,
+            logprob_start_len=-1 if warmup else self.logprob_start_len,
+            top_logprobs_num=0 if warmup else self.top_logprobs_num,
+            token_ids_logprob=None if warmup else self.token_ids_logprob,
+            return_text_in_logprobs=self.return_text_in_logprobs,
+            return_prompt_token_ids=self.return_prompt_token_ids,
+            seed=seed,
+            received_at=self.received_at,
+            backend_state=self.backend_state,
+            return_top_p_token_ids=self.return_top_p_token_ids,
+            routed_experts=None if warmup else self.routed_experts,
+            routed_experts_start_len=self.routed_experts_start_len,
+            speculative=self.speculative,
+            grammar=self.grammar,
+        )
