@@ -1,6 +1,6 @@
 """SGLang's finishing and response-shaping rules, shared by every backend.
 
-Finish precedence at one token: stop string (or ``stop_regex``), then EOS/``stop_token_ids``, then
+Finish precedence at one token: stop string, then EOS/``stop_token_ids``, then
 length. ``output_ids`` keep the token that finished the request; the text trims it as the matrix in
 docs/devserver.md says.
 """
@@ -10,7 +10,6 @@ from __future__ import annotations
 import array
 import base64
 import math
-import re
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -60,33 +59,23 @@ def scan_token_ids(request: GenerationRequest, steps: list[TokenStep]) -> tuple[
 
 def scan_stop_text_sync(
     tokens: TokenizerWorker, request: GenerationRequest, new_ids: list[int]
-) -> tuple[int, str, bool] | None:
-    """First of ``new_ids`` whose arrival completes a stop string or ``stop_regex`` match.
+) -> tuple[int, str] | None:
+    """First of ``new_ids`` whose arrival completes a stop string: (tokens to accept, the string).
 
-    Returns (tokens to accept, matched string or pattern, is_regex). Runs on the tokenizer thread.
+    Runs on the tokenizer thread.
     """
     stops = request.params.stop
-    patterns = request.params.stop_regex
-    previous = request.output_ids
-    done = len(previous)
-    all_ids = previous + new_ids
-    if stops:
-        # A stop string spans at most 4 bytes per character, each token holds at least one byte.
-        window = 4 * max(len(stop) for stop in stops) + 2
-        tail = tokens.decode_sync(all_ids[max(0, done - window) :])
-        if any(stop in tail for stop in stops):
-            for end in range(done + 1, len(all_ids) + 1):
-                text = tokens.decode_sync(all_ids[max(0, end - window) : end])
-                for stop in stops:
-                    if stop in text:
-                        return end - done, stop, False
-    if patterns:
-        compiled = [re.compile(pattern) for pattern in patterns]
+    done = len(request.output_ids)
+    all_ids = request.output_ids + new_ids
+    # A stop string spans at most 4 bytes per character, each token holds at least one byte.
+    window = 4 * max(len(stop) for stop in stops) + 2
+    tail = tokens.decode_sync(all_ids[max(0, done - window) :])
+    if any(stop in tail for stop in stops):
         for end in range(done + 1, len(all_ids) + 1):
-            text = tokens.decode_sync(all_ids[:end])
-            for pattern, regex in zip(patterns, compiled, strict=True):
-                if regex.search(text):
-                    return end - done, pattern, True
+            text = tokens.decode_sync(all_ids[max(0, end - window) : end])
+            for stop in stops:
+                if stop in text:
+                    return end - done, stop
     return None
 
 
@@ -95,12 +84,11 @@ async def find_finish(
 ) -> tuple[int, dict[str, Any] | None]:
     """Accepted count and finish reason for a new batch of steps, with SGLang's precedence."""
     accepted, finish = scan_token_ids(request, steps)
-    if request.params.stop or request.params.stop_regex:
+    if request.params.stop:
         new_ids = [step.token_id for step in steps[:accepted]]
         hit = await tokens.run(scan_stop_text_sync, tokens, request, new_ids)
         if hit is not None:
-            count, matched, is_regex = hit
-            request.matched_regex = is_regex
+            count, matched = hit
             return count, {"type": "stop", "matched": matched}
     return accepted, finish
 
@@ -117,11 +105,6 @@ def _text_cut(text: str, request: GenerationRequest) -> str:
     if finish.get("type") != "stop" or not isinstance(matched, str):
         return text
     keep = request.params.no_stop_trim
-    if request.matched_regex:
-        found = re.search(matched, text)
-        if found is None:
-            return text
-        return text[: found.end()] if keep else text[: found.start()]
     position = text.find(matched)
     if position == -1:
         return text
@@ -150,25 +133,13 @@ class OutputRenderer:
         )
         return _text_cut(text, request)
 
-    def _entries(
-        self, values: list[float | None], ids: list[int], texts: dict[int, str] | None
-    ) -> list[list[Any]]:
-        if texts is None:
-            return [[_finite(value), tok, None] for value, tok in zip(values, ids, strict=True)]
-        return [[_finite(value), tok, texts[tok]] for value, tok in zip(values, ids, strict=True)]
+    @staticmethod
+    def _entries(values: list[float | None], ids: list[int]) -> list[list[Any]]:
+        return [[_finite(value), tok, None] for value, tok in zip(values, ids, strict=True)]
 
-    def _pair_entries(
-        self, rows: list[LogprobPairs | None], texts: dict[int, str] | None
-    ) -> list[list[list[Any]] | None]:
-        rendered: list[list[list[Any]] | None] = []
-        for row in rows:
-            if row is None:
-                rendered.append(None)
-                continue
-            rendered.append(
-                [[_finite(value), tok, texts[tok] if texts is not None else None] for value, tok in row]
-            )
-        return rendered
+    @staticmethod
+    def _pair_entries(rows: list[LogprobPairs | None]) -> list[list[list[Any]] | None]:
+        return [None if row is None else [[_finite(value), tok, None] for value, tok in row] for row in rows]
 
     def _render_sync(self, request: GenerationRequest, *, weight_version: str) -> dict[str, Any]:
         text = self._text_sync(request)
@@ -182,37 +153,21 @@ class OutputRenderer:
             "num_retractions": 0,
         }
         if request.return_logprob:
-            texts: dict[int, str] | None = None
-            input_ids = request.input_ids[request.logprob_start_len :] if request.wants_input_logprobs else []
-            if request.return_text_in_logprobs:
-                wanted: set[int] = set(request.output_ids) | set(input_ids)
-                for rows in (
-                    request.output_top_logprobs,
-                    prefill.input_top_logprobs or [],
-                    request.output_token_ids_logprobs,
-                    prefill.input_token_ids_logprobs or [],
-                ):
-                    for row in rows:
-                        wanted.update(tok for _, tok in row or [])
-                ordered = sorted(wanted)
-                texts = dict(zip(ordered, self.tokens.token_texts_sync(ordered), strict=True))
-            input_values = prefill.input_logprobs if request.wants_input_logprobs else []
-            meta["input_token_logprobs"] = self._entries(input_values, input_ids, texts)
-            meta["output_token_logprobs"] = self._entries(
-                list(request.output_logprobs), request.output_ids, texts
-            )
+            wants_input = request.wants_input_logprobs
+            input_ids = request.input_ids[request.logprob_start_len :] if wants_input else []
+            input_values = prefill.input_logprobs if wants_input else []
+            meta["input_token_logprobs"] = self._entries(input_values, input_ids)
+            meta["output_token_logprobs"] = self._entries(list(request.output_logprobs), request.output_ids)
             if request.top_logprobs_num:
                 meta["input_top_logprobs"] = self._pair_entries(
-                    prefill.input_top_logprobs or [] if request.wants_input_logprobs else [], texts
+                    prefill.input_top_logprobs or [] if wants_input else []
                 )
-                meta["output_top_logprobs"] = self._pair_entries(request.output_top_logprobs, texts)
+                meta["output_top_logprobs"] = self._pair_entries(request.output_top_logprobs)
             if request.token_ids_logprob:
                 meta["input_token_ids_logprobs"] = self._pair_entries(
-                    prefill.input_token_ids_logprobs or [] if request.wants_input_logprobs else [], texts
+                    prefill.input_token_ids_logprobs or [] if wants_input else []
                 )
-                meta["output_token_ids_logprobs"] = self._pair_entries(
-                    request.output_token_ids_logprobs, texts
-                )
+                meta["output_token_ids_logprobs"] = self._pair_entries(request.output_token_ids_logprobs)
             meta["output_token_logprobs_length"] = completion
         meta["reasoning_tokens"] = 0
         meta["completion_tokens"] = completion
@@ -225,10 +180,7 @@ class OutputRenderer:
         self._replay_meta(request, meta)
         meta["e2e_latency"] = time.perf_counter() - request.received_at
         meta["response_sent_to_client_ts"] = time.time()
-        body: dict[str, Any] = {"text": text, "output_ids": list(request.output_ids), "meta_info": meta}
-        if request.return_prompt_token_ids:
-            body["prompt_token_ids"] = list(request.input_ids)
-        return body
+        return {"text": text, "output_ids": list(request.output_ids), "meta_info": meta}
 
     @staticmethod
     def _replay_meta(request: GenerationRequest, meta: dict[str, Any]) -> None:

@@ -23,8 +23,6 @@ UNLIMITED_NEW_TOKENS = 1 << 30
 """``max_new_tokens: null``: SGLang's ``Scheduler.init_req_max_new_tokens`` budget before clipping."""
 GREEDY_TEMPERATURE = 1e-6
 MAX_STOP_STRINGS = 32
-MAX_STOP_REGEX_PATTERNS = 32
-MAX_STOP_REGEX_BYTES = 256
 
 
 class ProtocolError(Exception):
@@ -251,16 +249,6 @@ class SamplingParams:
             raise ProtocolError.value(
                 f"at most {MAX_STOP_STRINGS} stop strings are allowed, got {len(self.stop)}"
             )
-        if len(self.stop_regex) > MAX_STOP_REGEX_PATTERNS:
-            raise ProtocolError.value(
-                f"at most {MAX_STOP_REGEX_PATTERNS} stop_regex patterns are allowed, got {len(self.stop_regex)}"
-            )
-        for pattern in self.stop_regex:
-            size = len(pattern.encode("utf-8"))
-            if size > MAX_STOP_REGEX_BYTES:
-                raise ProtocolError.value(
-                    f"stop_regex is {size} bytes, over the {MAX_STOP_REGEX_BYTES}-byte limit"
-                )
         if self.beam_width is not None and self.beam_width < 1:
             raise ProtocolError.value(f"beam_width must be at least 1, got {self.beam_width}.")
         if not math.isfinite(self.temperature) or self.temperature < 0:
@@ -321,6 +309,8 @@ class SamplingParams:
             raise ProtocolError.value("The dev server does not implement beam search (beam_width > 1).")
         if self.choice is not None:
             raise ProtocolError.value("The dev server does not implement choice (a /v1/systemone field).")
+        if self.stop_regex:
+            raise ProtocolError.value("The dev server does not implement stop_regex; use stop strings.")
 
     @property
     def greedy(self) -> bool:
@@ -393,8 +383,6 @@ class ParsedGenerate:
     logprob_start_len: int
     top_logprobs_num: int
     token_ids_logprob: list[int] | None
-    return_text_in_logprobs: bool
-    return_prompt_token_ids: bool
     return_routed_experts: bool
     routed_experts_start_len: int
     return_hidden_states: bool = False
@@ -446,6 +434,9 @@ def parse_generate(body: Any) -> ParsedGenerate:
         raise ProtocolError.value(
             "The dev server does not implement streaming (stream: true); send stream: false or omit it."
         )
+    for flag in ("return_text_in_logprobs", "return_prompt_token_ids"):
+        if getattr(req, flag):
+            raise ProtocolError.value(f"The dev server does not implement {flag}; send false or omit it.")
     if req.input_embeds is not None:
         raise ProtocolError.value("The dev server does not accept input_embeds; send text or input_ids.")
     if (req.text is None) == (input_ids is None):
@@ -472,8 +463,6 @@ def parse_generate(body: Any) -> ParsedGenerate:
         logprob_start_len=start,
         top_logprobs_num=top,
         token_ids_logprob=token_ids_logprob,
-        return_text_in_logprobs=req.return_text_in_logprobs,
-        return_prompt_token_ids=req.return_prompt_token_ids,
         return_routed_experts=req.return_routed_experts,
         routed_experts_start_len=req.routed_experts_start_len,
         return_hidden_states=(

@@ -84,8 +84,6 @@ class GenerationRequest:
     logprob_start_len: int = -1
     top_logprobs_num: int = 0
     token_ids_logprob: list[int] | None = None
-    return_text_in_logprobs: bool = False
-    return_prompt_token_ids: bool = False
     seed: int = 0
     received_at: float = field(default_factory=time.perf_counter)
     backend_state: Any = None
@@ -105,7 +103,6 @@ class GenerationRequest:
     output_top_p_ids: list[list[int]] = field(default_factory=list)
     prefill: PrefillResult | None = None
     finish_reason: dict[str, Any] | None = None
-    matched_regex: bool = False
     future: asyncio.Future[dict[str, Any]] | None = None
 
     @property
@@ -143,8 +140,6 @@ class GenerationRequest:
             logprob_start_len=-1 if warmup else self.logprob_start_len,
             top_logprobs_num=0 if warmup else self.top_logprobs_num,
             token_ids_logprob=None if warmup else self.token_ids_logprob,
-            return_text_in_logprobs=self.return_text_in_logprobs,
-            return_prompt_token_ids=self.return_prompt_token_ids,
             seed=seed,
             received_at=self.received_at,
             backend_state=self.backend_state,

@@ -148,10 +148,6 @@ class TokenizerWorker:
             spaces_between_special_tokens=spaces_between_special_tokens,
         )
 
-    def token_texts_sync(self, ids: Sequence[int]) -> list[str]:
-        """Each id decoded on its own (SGLang's ``return_text_in_logprobs`` texts)."""
-        return [self.tokenizer.decode([tok]) for tok in ids]
-
     async def encode(self, text: str, *, add_special_tokens: bool = False) -> list[int]:
         """Token ids of ``text``, computed on the tokenizer thread."""
         return await self.run(self.encode_sync, text, add_special_tokens=add_special_tokens)

@@ -102,8 +102,6 @@ async def build_generation_request(
         logprob_start_len=parsed.logprob_start_len,
         top_logprobs_num=parsed.top_logprobs_num,
         token_ids_logprob=parsed.token_ids_logprob,
-        return_text_in_logprobs=parsed.return_text_in_logprobs,
-        return_prompt_token_ids=parsed.return_prompt_token_ids,
         seed=seed,
         return_top_p_token_ids=wants_top_p_replay(params.custom_params),
         routed_experts=moe if parsed.return_routed_experts else None,
