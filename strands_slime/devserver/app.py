@@ -21,7 +21,7 @@ from aiohttp import web
 
 from strands_slime import __version__
 from strands_slime.devserver.backends.base import Backend
-from strands_slime.devserver.backends.factory import HF_BACKEND_NEEDS_TORCH, build_backend
+from strands_slime.devserver.backends.factory import build_backend
 from strands_slime.devserver.control import (
     CONTINUED,
     FLUSH_FAILED_TEXT,
@@ -59,8 +59,6 @@ if TYPE_CHECKING:
     from strands_slime.devserver.backends.scripted import Script
 
 logger = logging.getLogger(__name__)
-
-__all__ = ["HF_BACKEND_NEEDS_TORCH", "DevServer", "Fault"]
 
 CLIENT_MAX_SIZE = 512 * 1024 * 1024
 
