@@ -152,6 +152,7 @@ async def test_grpo_rollout_through_slime_to_train_data(make_args: Args, engine:
         assert sample.status.name == "COMPLETED" and sample.reward["score"] == 1.0, why
         assert len(sample.weight_versions) == sample.metadata["turns"], "one weight version per model call"
         assert sample.prefix_cache_info.total_prompt_tokens == sample.metadata["prompt_tokens"] > 0
+        assert sample.metadata["abort_detection"] == "slime", "the episode watches GenerateState.aborted"
     tool = next(s for s in samples if s.metadata["tool_calls"])
     assert 0 in tool.loss_mask and tool.loss_mask[0] == 1 and tool.loss_mask[-1] == 1, (
         "tool tokens are masked"
