@@ -153,14 +153,21 @@ def _read_text_cached(path: str) -> str:
     return _TEXT_CACHE[path]
 
 
+def _refuse_templated_prompt(prompt: Any, templater: Any) -> None:
+    """A string prompt that ends with the chat template's own generation prompt was templated already
+    (slime's ``--apply-chat-template``); templating it again would train on a doubled template, in
+    every sample, so the job stops. A plain prompt that ends with the word "assistant" is fine."""
+    if isinstance(prompt, str) and templater.ends_with_generation_prompt(prompt):
+        raise ConfigError(
+            "sample.prompt is already chat-templated (it ends with the template's generation prompt "
+            f"{templater.assistant_header!r}; slime's --apply-chat-template?); agent rollouts template the "
+            "prompt themselves: drop that flag"
+        )
+
+
 def _prompt_parts(prompt: Any) -> tuple[str | None, list[dict[str, Any]], str]:
     """``(system override, history, last user text)`` from a string or a chat-message list."""
     if isinstance(prompt, str):
-        if "<|im_start|>" in prompt or prompt.rstrip().endswith("assistant"):
-            raise ConfigError(
-                "sample.prompt is already chat-templated (slime's --apply-chat-template?); agent rollouts "
-                "template the prompt themselves: drop that flag"
-            )
         return None, [], prompt
     if not isinstance(prompt, list) or not prompt:
         raise ConfigError(
@@ -331,6 +338,7 @@ async def _run_episode(
         request_trace=slime_compat.request_trace(sample),
         new_segment_on_context_change=_fans_out(config, evaluation),
     )
+    _refuse_templated_prompt(sample.prompt, model.templater)
     limiter = ToolLimiter(
         config.max_tool_iters, config.max_tool_calls, max_model_calls=config.max_model_calls
     )

@@ -1,5 +1,6 @@
 """Data that used to go missing silently is now counted in the sample metadata and logged once per
-process with its cause: model tokens without logprobs and episodes without abort detection."""
+process with its cause: model tokens without logprobs, episodes without abort detection, and string
+prompts that only look chat-templated."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ import pytest
 from aiohttp import web
 
 from strands_slime import generate, rollout, slime_compat
+from strands_slime.chat import get_templater
 from strands_slime.cli import RolloutOptions, slime_args
+from strands_slime.config import ConfigError
 from strands_slime.devserver import DevServer
 from strands_slime.metrics import compute_rollout_metrics
 from strands_slime.slime_compat import Sample
@@ -186,3 +189,32 @@ async def test_slime_flag_without_an_aborted_attribute_is_a_warning(
     assert sample.metadata["abort_detection"] == "off"
     lines = [r for r in caplog.records if "abort detection is off" in r.getMessage()]
     assert len(lines) == 1 and "no 'aborted' attribute" in lines[0].getMessage()
+
+
+# --------------------------------------------------------------------------- templated prompts
+
+
+def test_the_assistant_header_is_the_templates_own(qwen3_tokenizer: Any) -> None:
+    templater = get_templater(qwen3_tokenizer)
+    assert templater.assistant_header == "<|im_start|>assistant"
+    templated = "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    assert templater.ends_with_generation_prompt(templated)
+    no_thinking = templated + "<think>\n\n</think>\n\n"  # slime's template kwargs enable_thinking=False
+    assert templater.ends_with_generation_prompt(no_thinking)
+    assert templater.ends_with_generation_prompt(templated + "<think>\n")  # thinking-only templates
+    for plain in ("Answer as a helpful assistant", "Who is the assistant", "assistant\n", "<think>assistant"):
+        assert not templater.ends_with_generation_prompt(plain), plain
+
+
+async def test_a_plain_prompt_ending_in_assistant_runs(server: DevServer) -> None:
+    prompt = "You are grading a chat. Reply with the speaker of the last turn: user or assistant"
+    sample = await generate(make_args(server.url), Sample(prompt=prompt, label="5"), dict(PARAMS))
+    assert sample.status == Sample.Status.COMPLETED and sample.metadata["turns"] == 1
+
+
+@pytest.mark.parametrize("thinking_block", ["", "<think>\n\n</think>\n\n"])
+async def test_a_templated_prompt_stops_the_job(server: DevServer, thinking_block: str) -> None:
+    prompt = "<|im_start|>user\nWhat is 2+3?<|im_end|>\n<|im_start|>assistant\n" + thinking_block
+    with pytest.raises(ConfigError, match="already chat-templated"):
+        await generate(make_args(server.url), Sample(prompt=prompt, label="5"), dict(PARAMS))
+    assert server.request_log == [], "no GPU time is spent on a misconfigured job"
