@@ -205,7 +205,6 @@ back (ABORTED, FAILED, any status) loses them all before the next attempt."""
 
 RESTARTS_KEY = "restarts"
 """The key ``reset_attempt`` counts retries in (not reset: it survives every attempt)."""
-assert RESTARTS_KEY in _NAMES and RESTARTS_KEY not in EPISODE_METADATA_KEYS
 
 
 def write_keys(metadata: MutableMapping[str, Any], **values: Any) -> None:
