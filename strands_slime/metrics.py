@@ -58,8 +58,8 @@ def _key_metrics(key: str, spec: MetricSpec, metas: list[Mapping[str, Any]]) -> 
             raise ValueError(f"unknown aggregate {aggregate!r} for metadata key {key!r}")
         metrics[f"{key}/{aggregate}"] = value
     if spec.shares is not None:
-        values = [m.get(key) if m.get(key) is not None else spec.missing for m in metas]
-        counts = Counter(str(v) for v in values if v is not None and v != "")
+        values = [m.get(key) if m.get(key) not in (None, "") else spec.missing for m in metas]
+        counts = Counter(str(v) for v in values if v is not None)
         for value in sorted({*spec.shares, *counts}):
             metrics[f"{key}/{value}"] = counts[value] / n
     if spec.count_as:
