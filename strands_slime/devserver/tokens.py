@@ -74,18 +74,20 @@ class RustTokenizer:
         return self._tokenizer.get_vocab(with_added_tokens=True)
 
 
-@functools.lru_cache(maxsize=8)
 def load_devserver_tokenizer(name_or_path: str | None = None) -> Any:
-    """The bundled Qwen3 tokenizer (None/"qwen3") or a local directory, loaded once per process.
+    """The bundled Qwen3 tokenizer (None/"qwen3") or a local directory, loaded once per process (the
+    runtime keeps it).
 
     Directories with a ``tokenizer.json`` use :class:`RustTokenizer`; others go through transformers.
     """
+    from strands_slime.runtime import get_runtime
     from strands_slime.tokenizer import load_tokenizer, resolve_tokenizer_path
 
     path = Path(resolve_tokenizer_path(name_or_path))
-    if (path / "tokenizer.json").exists():
-        return RustTokenizer(path)
-    return load_tokenizer(str(path))
+    if not (path / "tokenizer.json").exists():
+        return load_tokenizer(str(path))
+    runtime = get_runtime()
+    return runtime.cached(runtime.tokenizers, ("devserver", str(path)), lambda: RustTokenizer(path))
 
 
 class TokenizerWorker:
