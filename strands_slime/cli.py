@@ -248,7 +248,10 @@ async def _drift(ns: argparse.Namespace) -> int:
         records = [json.loads(line) for line in handle if line.strip()]
     if not records:
         raise SystemExit(f"error: {samples_path} has no samples")
-    report = audit(templater, records)
+    try:
+        report = audit(templater, records)
+    except ValueError as exc:
+        raise SystemExit(f"error: {samples_path}: {exc}") from exc
     text = report.render_markdown()
     print(text)
     (ns.out).mkdir(parents=True, exist_ok=True)

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .chat import ChatTemplater
+from .episode_metadata import EpisodeMetadata
 from .trajectory import mask_runs
 
 
@@ -186,14 +187,21 @@ def audit(
     *,
     max_examples: int = 6,
 ) -> DriftReport:
-    """Audit records with ``tokens``, ``loss_mask``, ``response_length`` and optionally
-    ``metadata.transcript`` (as written by ``strands-slime rollout --keep-transcript``)."""
+    """Audit records with ``tokens``, ``loss_mask``, ``response_length`` and optionally the episode
+    metadata's ``transcript`` (as written by ``strands-slime rollout --keep-transcript``).
+
+    Raises:
+        ValueError: a record's ``metadata`` is not a mapping (the trajectory's position is named).
+    """
     report = DriftReport()
     for index, record in enumerate(trajectories):
         tokens = record["tokens"]
         mask = record.get("loss_mask") or []
         response_length = int(record.get("response_length") or len(mask))
-        transcript = (record.get("metadata") or {}).get("transcript")
+        try:
+            transcript = EpisodeMetadata.from_metadata(record.get("metadata")).transcript
+        except TypeError as exc:
+            raise ValueError(f"trajectory {index}: {exc}") from exc
         drift = audit_trajectory(
             templater, tokens, mask, transcript, prompt_length=len(tokens) - response_length
         )

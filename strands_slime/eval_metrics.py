@@ -14,6 +14,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .episode_metadata import EpisodeMetadata
+
 __all__ = [
     "EvalSummary",
     "avg_at_k",
@@ -219,13 +221,18 @@ def summarize_by(
 def record_from_sample(sample: Any, *, reward_key: str | None = None) -> dict[str, Any]:
     """A ``summarize`` record from a slime ``Sample`` (or anything with its attributes).
 
-    Correctness comes from our reward's ``metadata["reward_details"]["acc"]``, else a dict reward's
-    ``acc``; only for rewards from elsewhere does it fall back to ``reward == 1``. An unrewarded
-    sample (``reward is None``) has ``correct = None`` and is counted as unscored.
+    Correctness comes from our reward's verdict (``EpisodeMetadata.reward_details["acc"]``), else a
+    dict reward's ``acc``; only for rewards from elsewhere does it fall back to ``reward == 1``. An
+    unrewarded sample (``reward is None``) has ``correct = None`` and is counted as unscored.
+
+    Args:
+        sample: a slime ``Sample`` or an object with its attributes (missing ones read as None).
+        reward_key: the key of a dict reward's scalar (slime's ``--reward-key``); default ``score``.
+
+    Raises:
+        TypeError: ``sample.metadata`` is neither None nor a mapping.
     """
-    metadata = getattr(sample, "metadata", None)
-    metadata = metadata if isinstance(metadata, dict) else {}
-    details = metadata.get("reward_details")
+    details = EpisodeMetadata.from_metadata(getattr(sample, "metadata", None)).reward_details
     reward = getattr(sample, "reward", None)
     correct: bool | None = None
     if isinstance(details, dict) and isinstance(details.get("acc"), bool):

@@ -27,6 +27,8 @@ from types import SimpleNamespace
 from typing import Any, TextIO
 from urllib.parse import urlparse
 
+from .episode_metadata import EpisodeMetadata
+
 DEMO_DATA = "demo_problems.jsonl"
 DEMO_SCRIPT = "demo_script.json"
 DEFAULT_MAX_FAILURE_RATE = 0.1
@@ -302,6 +304,10 @@ def _read_finished(path: Path) -> list[dict[str, Any]]:
                 break
             if not isinstance(record, dict) or "group_index" not in record:
                 raise RolloutError(f"{path}:{number}: not a strands-slime sample; cannot resume from it")
+            try:  # the summary reads every record's episode metadata
+                EpisodeMetadata.from_metadata(record.get("metadata"))
+            except TypeError as exc:
+                raise RolloutError(f"{path}:{number}: {exc}; cannot resume from it") from exc
             records.append(record)
             good_bytes += len(line)
     if good_bytes < path.stat().st_size:
@@ -319,7 +325,9 @@ def failure_reasons(records: list[dict[str, Any]], top: int = 3) -> list[tuple[s
     reasons: Counter[str] = Counter()
     for record in records:
         if _failed(record):
-            reason = str((record.get("metadata") or {}).get("infra_error") or "no reason recorded")
+            reason = str(
+                EpisodeMetadata.from_metadata(record.get("metadata")).infra_error or "no reason recorded"
+            )
             reasons[reason.strip().splitlines()[0][:200] if reason.strip() else "no reason recorded"] += 1
     return reasons.most_common(top)
 

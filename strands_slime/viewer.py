@@ -21,6 +21,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from .episode_metadata import EpisodeMetadata
+
 TEMPLATE = "viewer.html"
 DATA_MARKER = "/*__REPORT_DATA__*/"
 CHUNK_SIZE = 200
@@ -103,6 +105,7 @@ def _centi(logprobs: Iterable[Any]) -> list[int | None]:
 
 
 def _number(value: Any) -> float | None:
+    """``value`` as a finite float, else None (a reward may be missing, a dict or NaN)."""
     try:
         number = float(value)
     except (TypeError, ValueError):
@@ -110,10 +113,44 @@ def _number(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
-def _row(position: int, record: Mapping[str, Any], runs: Sequence[int]) -> dict[str, Any]:
-    metadata = record.get("metadata") or {}
-    details = metadata.get("reward_details") or {}
+def _episode(record: Mapping[str, Any]) -> EpisodeMetadata:
+    """The sample's episode metadata as the record our generate and reward write.
+
+    Raises:
+        ReportError: ``metadata`` is not a JSON object.
+    """
+    try:
+        return EpisodeMetadata.from_metadata(record.get("metadata"))
+    except TypeError as exc:
+        raise ReportError(f"sample {record.get('index')}: {exc}") from exc
+
+
+def _metadata_number(record: Mapping[str, Any], name: str, value: Any) -> float:
+    """A numeric metadata value for the list row; another generate function may store anything.
+
+    Raises:
+        ReportError: the value is not a finite number (the sample and the key are named).
+    """
+    number = _number(value)
+    if number is None or isinstance(value, bool):
+        raise ReportError(f"sample {record.get('index')}: metadata {name} is {value!r}, not a number")
+    return number
+
+
+def _count(record: Mapping[str, Any], name: str, value: Any) -> int:
+    """A metadata count for the list row; None is an unset key (``to_metadata`` leaves None out): 0."""
+    return 0 if value is None else int(_metadata_number(record, name, value))
+
+
+def _row(
+    position: int, record: Mapping[str, Any], runs: Sequence[int], episode: EpisodeMetadata
+) -> dict[str, Any]:
+    """The list row of one sample: the few numbers the page filters, sorts and plots without inflating."""
+    details = episode.reward_details
     model_tokens = sum(runs[i + 1] for i in range(0, len(runs), 2) if runs[i] == KIND_MODEL)
+    latencies = episode.turn_seconds or []
+    if not isinstance(latencies, list):
+        raise ReportError(f"sample {record.get('index')}: metadata turn_seconds is {latencies!r}, not a list")
     return {
         "p": position,
         "i": record.get("index", position),
@@ -122,24 +159,29 @@ def _row(position: int, record: Mapping[str, Any], runs: Sequence[int]) -> dict[
         "r": _number(record.get("reward")),
         "n": len(record["tokens"]),
         "m": model_tokens,
-        "tc": int(metadata.get("tool_calls") or 0),
-        "t": int(metadata.get("turns") or 0),
-        "f": metadata.get("finish_reason"),
-        "lat": [round(float(x), 4) for x in metadata.get("turn_seconds") or []],
+        "tc": _count(record, "tool_calls", episode.tool_calls),
+        "t": _count(record, "turns", episode.turns),
+        "f": episode.finish_reason,
+        "lat": [round(_metadata_number(record, "turn_seconds", x), 4) for x in latencies],
         "l": record.get("label"),
         "pr": details.get("pred") if isinstance(details, Mapping) else None,
         "rm": bool(record.get("remove_sample")),
     }
 
 
-def _heavy(record: Mapping[str, Any], runs: Sequence[int]) -> dict[str, Any]:
+def _heavy(record: Mapping[str, Any], runs: Sequence[int], episode: EpisodeMetadata) -> dict[str, Any]:
+    """What opening a sample needs (tokens, classes, model logprobs, metadata), compressed in chunks."""
     mask = record.get("loss_mask") or []
     logprobs = record.get("rollout_log_probs") or []
     if len(logprobs) == len(mask):
         model_logprobs = _centi(itertools.compress(logprobs, mask))
     else:  # a run without logprobs: keep the tokens, show no heat
         model_logprobs = [None] * sum(1 for value in mask if value)
-    metadata = {k: v for k, v in (record.get("metadata") or {}).items() if k != "transcript"}
+    metadata = dict(record.get("metadata") or {})
+    if episode.transcript is not None:
+        # the page does not show the transcript (often most of the record); from_metadata keeps the
+        # stored object, so identity finds its key without spelling it a second time
+        metadata = {key: value for key, value in metadata.items() if value is not episode.transcript}
     return {"tok": record["tokens"], "seg": list(runs), "lp": model_logprobs, "meta": metadata}
 
 
@@ -172,8 +214,9 @@ def build_report(
     token_ids: set[int] = set()
     for position, record in enumerate(records):
         runs, _prompt_length = token_classes(record)
-        rows.append(_row(position, record, runs))
-        pending.append(_heavy(record, runs))
+        episode = _episode(record)
+        rows.append(_row(position, record, runs, episode))
+        pending.append(_heavy(record, runs, episode))
         token_ids.update(record["tokens"])
         if len(pending) == CHUNK_SIZE:
             chunks.append(_pack(pending))
