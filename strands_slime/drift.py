@@ -26,6 +26,17 @@ from .trajectory import mask_runs
 
 @dataclass
 class TrajectoryDrift:
+    """What the text pipeline would change in one trajectory (summed into a :class:`DriftReport`).
+
+    Attributes:
+        output_segments: model output segments (loss-mask runs of 1) checked.
+        bpe_segments: segments whose decode-then-encode gives other ids.
+        bpe_tokens: tokens those segments change.
+        template_tokens: tokens a template re-render changes (0 without a transcript).
+        compared_tokens: tokens the re-render was compared on.
+        examples: a few ``{"kind", "sampled", "text_pipeline"}`` differences.
+    """
+
     output_segments: int = 0
     bpe_segments: int = 0
     bpe_tokens: int = 0
@@ -52,9 +63,12 @@ class DriftReport:
     examples: list[dict[str, Any]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
+        """The report as plain JSON types (``drift.json``)."""
         return asdict(self)
 
     def render_markdown(self) -> str:
+        """``drift.md``: what was checked, a table of changed trajectories and tokens, the examples."""
+
         def pct(part: int, whole: int) -> str:
             return f"{100.0 * part / whole:.1f}%" if whole else "n/a"
 

@@ -36,6 +36,10 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
     ``1 - C(n - c, k) / C(n, k)``: the chance that at least one of ``k`` samples drawn without
     replacement from the ``n`` is correct. Exact integer arithmetic, so large ``n`` is fine.
+
+    Raises:
+        TypeError: ``n``, ``c`` or ``k`` is not an int (a bool is refused too).
+        ValueError: the counts are impossible (``n < 1``, ``c`` outside ``0..n``, ``k`` outside ``1..n``).
     """
     for name, value in (("n", n), ("c", c), ("k", k)):
         if isinstance(value, bool) or not isinstance(value, int):
@@ -48,7 +52,11 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 
 def avg_at_k(groups: Iterable[Sequence[bool]]) -> float:
-    """avg@k: per-prompt accuracy over its k samples, averaged over prompts (every prompt weighs the same)."""
+    """avg@k: per-prompt accuracy over its k samples, averaged over prompts (every prompt weighs the same).
+
+    Raises:
+        ValueError: there are no groups, or a group has no samples.
+    """
     accuracies = []
     for index, outcomes in enumerate(groups):
         if len(outcomes) == 0:
@@ -145,6 +153,10 @@ def summarize(
     scored, ``correct`` or ``acc``; ``reward`` and ``status`` are optional. Records whose status is in
     ``exclude_statuses`` (aborted samples were never scored) and records without correctness are
     counted (``excluded``/``unscored``, ``status_counts``) but left out of the metrics.
+
+    Raises:
+        TypeError: a record is not a mapping.
+        ValueError: a scorable record has no group id, or a ``ks`` value is outside 1..smallest group.
     """
     excluded_statuses = {status.lower() for status in exclude_statuses}
     groups: dict[Any, list[bool]] = defaultdict(list)

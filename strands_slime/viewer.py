@@ -38,7 +38,11 @@ class ReportError(ValueError):
 
 def find_samples(source: Path) -> tuple[Path, dict[str, Any] | None]:
     """The ``samples.jsonl`` of ``source`` (the file, or a run directory holding it) and the run's
-    ``summary.json`` when there is a readable one."""
+    ``summary.json`` when there is a readable one (a broken summary is skipped, not fatal).
+
+    Raises:
+        ReportError: there is no such file, or the directory has no ``samples.jsonl``.
+    """
     path = source / "samples.jsonl" if source.is_dir() else source
     if not path.is_file():
         where = f"{source} has no samples.jsonl" if source.is_dir() else f"{source} does not exist"
@@ -54,7 +58,11 @@ def find_samples(source: Path) -> tuple[Path, dict[str, Any] | None]:
 
 
 def iter_samples(path: Path) -> Iterator[dict[str, Any]]:
-    """The records of a ``samples.jsonl``, one at a time; a bad line names its number."""
+    """The records of a ``samples.jsonl``, one at a time (10,000 samples never sit in memory as JSON).
+
+    Raises:
+        ReportError: a line is not JSON or not a sample record (the line's number is named).
+    """
     with path.open(encoding="utf-8") as handle:
         for number, line in enumerate(handle, 1):
             if not line.strip():
@@ -70,7 +78,11 @@ def iter_samples(path: Path) -> Iterator[dict[str, Any]]:
 
 def token_classes(record: Mapping[str, Any]) -> tuple[list[int], int]:
     """Run-length token classes over all of ``tokens`` as ``[kind, length, kind, length, ...]``,
-    and the prompt length. ``loss_mask`` covers the response (slime's layout)."""
+    and the prompt length. ``loss_mask`` covers the response (slime's layout).
+
+    Raises:
+        ReportError: ``loss_mask``, ``response_length`` and ``tokens`` disagree on the lengths.
+    """
     tokens = record["tokens"]
     mask = list(record.get("loss_mask") or [])
     response_length = int(record.get("response_length") or len(mask))
@@ -207,7 +219,18 @@ def build_report(
     title: str = "rollout",
 ) -> str:
     """The report's HTML text (see the module docstring). ``records`` is read once, one at a time:
-    only the list rows and the compressed chunks are kept."""
+    only the list rows and the compressed chunks are kept.
+
+    Args:
+        records: ``samples.jsonl`` records (``tokens``, ``loss_mask``, ``response_length``, ...).
+        tokenizer: decodes the ids that occur; None shows ids.
+        summary: the run's ``summary.json``, shown above the list.
+        title: the page title.
+
+    Raises:
+        ReportError: a record is inconsistent, its metadata is not the episode record's shape, or
+            the packaged template lacks its data marker.
+    """
     rows: list[dict[str, Any]] = []
     chunks: list[str] = []
     pending: list[dict[str, Any]] = []
@@ -247,9 +270,22 @@ def write_report(
     *,
     tokenizer: Any = None,
 ) -> Path:
-    """Write the report for a run directory or ``samples.jsonl``; default output: ``report.html``
-    next to the samples. ``tokenizer``: a loaded tokenizer, a path/name for
-    :func:`strands_slime.tokenizer.load_tokenizer`, or None to show token ids."""
+    """Write the report for a run directory or ``samples.jsonl``; an earlier report is replaced only
+    once the new one is complete.
+
+    Args:
+        source: a rollout's output directory or its ``samples.jsonl``.
+        output: the HTML file; default ``report.html`` next to the samples.
+        tokenizer: a loaded tokenizer, a path/name for :func:`strands_slime.tokenizer.load_tokenizer`,
+            or None to show token ids.
+
+    Returns:
+        The path written.
+
+    Raises:
+        ReportError: the samples cannot be read or are inconsistent (see :func:`build_report`).
+        OSError: the output cannot be written (or a tokenizer directory read).
+    """
     samples_path, summary = find_samples(source)
     if isinstance(tokenizer, str):
         from .tokenizer import load_tokenizer
