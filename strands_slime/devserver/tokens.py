@@ -49,6 +49,7 @@ class RustTokenizer:
         return self._tokenizer.get_vocab_size(with_added_tokens=True)
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        """Token ids of ``text``."""
         return self._tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
 
     def decode(
@@ -57,15 +58,19 @@ class RustTokenizer:
         skip_special_tokens: bool = False,
         spaces_between_special_tokens: bool = True,
     ) -> str:
+        """Text of ``ids`` (``spaces_between_special_tokens`` is accepted for the transformers signature)."""
         return self._tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens)
 
     def convert_ids_to_tokens(self, token_id: int) -> str | None:
+        """The vocabulary entry of ``token_id``."""
         return self._tokenizer.id_to_token(token_id)
 
     def convert_tokens_to_ids(self, token: str) -> int | None:
+        """The id of a vocabulary entry, or None."""
         return self._tokenizer.token_to_id(token)
 
     def get_vocab(self) -> dict[str, int]:
+        """Every vocabulary entry with its id, added tokens included."""
         return self._tokenizer.get_vocab(with_added_tokens=True)
 
 
@@ -93,6 +98,7 @@ class TokenizerWorker:
 
     @property
     def name_or_path(self) -> str:
+        """Where the tokenizer came from (``/model_info``'s ``tokenizer_path``)."""
         return str(getattr(self.tokenizer, "name_or_path", "") or "")
 
     def decodes_by_concatenation(self) -> bool:
@@ -123,6 +129,7 @@ class TokenizerWorker:
 
     # Synchronous forms, for code already running on the tokenizer thread.
     def encode_sync(self, text: str, *, add_special_tokens: bool = False) -> list[int]:
+        """Token ids of ``text`` (on the tokenizer thread)."""
         return list(self.tokenizer.encode(text, add_special_tokens=add_special_tokens))
 
     def decode_sync(
@@ -132,6 +139,7 @@ class TokenizerWorker:
         skip_special_tokens: bool = False,
         spaces_between_special_tokens: bool = True,
     ) -> str:
+        """Text of ``ids`` (on the tokenizer thread)."""
         if not ids:
             return ""
         return self.tokenizer.decode(
@@ -140,11 +148,8 @@ class TokenizerWorker:
             spaces_between_special_tokens=spaces_between_special_tokens,
         )
 
-    def token_texts_sync(self, ids: Sequence[int]) -> list[str]:
-        """Each id decoded on its own (SGLang's ``return_text_in_logprobs`` texts)."""
-        return [self.tokenizer.decode([tok]) for tok in ids]
-
     async def encode(self, text: str, *, add_special_tokens: bool = False) -> list[int]:
+        """Token ids of ``text``, computed on the tokenizer thread."""
         return await self.run(self.encode_sync, text, add_special_tokens=add_special_tokens)
 
     async def decode(
@@ -154,6 +159,7 @@ class TokenizerWorker:
         skip_special_tokens: bool = False,
         spaces_between_special_tokens: bool = True,
     ) -> str:
+        """Text of ``ids``, decoded on the tokenizer thread."""
         if not ids:
             return ""
         return await self.run(
@@ -164,4 +170,5 @@ class TokenizerWorker:
         )
 
     def close(self) -> None:
+        """Stop the tokenizer thread."""
         self._executor.shutdown(wait=False, cancel_futures=True)
