@@ -321,8 +321,8 @@ class _AbortWatch:
             for check, tasks in list(self._waiting.items()):
                 try:
                     fired = bool(check())
-                except Exception:  # a broken flag must not kill the watcher of every other request
-                    logger.exception("abort check %r failed; treating it as not aborted", check)
+                except Exception as exc:  # a broken flag must not kill the watcher of every other request
+                    _count_abort_check_failure(check, exc)
                     continue
                 if fired:
                     doomed = [task for task in tasks if not task.done() and task not in self._aborted]
@@ -334,6 +334,31 @@ class _AbortWatch:
             task.cancel()
         if len(doomed) > ABORT_BATCH:  # the rest in the next iteration, after these have unwound
             asyncio.get_running_loop().call_soon(self._cancel, doomed[ABORT_BATCH:])
+
+
+_abort_check_failures = 0
+
+
+def abort_check_failures() -> int:
+    """Abort-flag reads that raised in this process so far (metric ``abort_detection/failed_checks``)."""
+    return _abort_check_failures
+
+
+def _count_abort_check_failure(check: Callable[[], bool], exc: Exception) -> None:
+    """Count a flag read that raised (its requests could not be aborted on that poll); the first one
+    per process is a WARNING with the cause, not one line every :data:`ABORT_POLL_S`."""
+    global _abort_check_failures
+    _abort_check_failures += 1
+    if _abort_check_failures == 1:
+        logger.warning(
+            "strands_slime abort detection failed: the abort check %r raised %s: %s; its requests go on "
+            "as if not aborted while it fails (logged once per process; counted in "
+            "abort_detection/failed_checks)",
+            check,
+            type(exc).__name__,
+            exc,
+            exc_info=exc,
+        )
 
 
 _ABORT_WATCHES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _AbortWatch] = (

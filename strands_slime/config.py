@@ -252,7 +252,16 @@ def _load_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def parse_config(data: Mapping[str, Any] | None, *, source: str = "<dict>") -> RolloutConfig:
-    """Validate a mapping (top-level settings or a ``strands_slime:`` section) into a RolloutConfig."""
+    """Validate a mapping (top-level settings or a ``strands_slime:`` section) into a RolloutConfig.
+
+    Args:
+        data: the settings; None or empty gives the defaults.
+        source: where they came from, named in errors.
+
+    Raises:
+        ConfigError: the section is not a mapping, or a setting is unknown or invalid (every problem
+            is listed with its dotted path).
+    """
     data = dict(data or {})
     if CONFIG_KEY in data:
         section = data[CONFIG_KEY]
@@ -269,12 +278,24 @@ def parse_config(data: Mapping[str, Any] | None, *, source: str = "<dict>") -> R
 
 
 def load_config(path: str | os.PathLike[str]) -> RolloutConfig:
-    """Read and validate a rollout YAML file."""
+    """Read and validate a rollout YAML file.
+
+    Raises:
+        ConfigError: the file is missing, not YAML, not a mapping, or invalid (see :func:`parse_config`).
+    """
     return parse_config(_load_yaml(path), source=str(path))
 
 
 def get_rollout_config(args: Any = None) -> RolloutConfig:
-    """The configuration for this run (cached per source; see the module docstring for the order)."""
+    """The configuration for this run (cached per source; see the module docstring for the order).
+
+    Args:
+        args: slime's args: ``args.strands_slime`` (a RolloutConfig or a mapping) wins over
+            ``args.strands_slime_config`` (a YAML path), then ``$STRANDS_SLIME_CONFIG``, then the defaults.
+
+    Raises:
+        ConfigError: the chosen source is missing or invalid.
+    """
     inline = getattr(args, CONFIG_KEY, None) if args is not None else None
     path = getattr(args, "strands_slime_config", None) if args is not None else None
     env_path = os.environ.get(CONFIG_ENV)

@@ -107,7 +107,14 @@ _RUNNING: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[Hashable, as
 
 async def load_once(key: Hashable, function: Callable[..., T], *args: Any) -> T:
     """``function(*args)`` in a worker thread, once per process for ``key``; concurrent callers share the
-    call. A failure is not remembered: the next caller tries again. The results are kept by the runtime."""
+    call. A failure is not remembered: the next caller tries again.
+
+    Returns:
+        ``function``'s result, remembered for ``key`` for the rest of the process (kept by the runtime).
+
+    Raises:
+        Exception: whatever ``function`` raised, to every caller sharing that call.
+    """
     runtime = get_runtime()
     with runtime.lock:
         if key in runtime.loaded:
@@ -147,7 +154,12 @@ async def once_per_loop(
 ) -> T:
     """``await start()`` once per event loop for ``key``, shared by concurrent callers; a failure is
     raised to every caller waiting for it and the next caller tries again. ``abort_check`` ends the
-    wait (:class:`~strands_slime.client.SGLangAbortedError`), not the shared start."""
+    wait, not the shared start.
+
+    Raises:
+        SGLangAbortedError: ``abort_check`` became true while this caller waited.
+        Exception: whatever ``start()`` raised, to every caller waiting for it.
+    """
     entries = _LOOP_ONCE.setdefault(asyncio.get_running_loop(), {})
     entry = entries.get(key)
     if isinstance(entry, _Ready):
