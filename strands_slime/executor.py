@@ -55,6 +55,7 @@ from typing import Any
 from . import rollout, slime_compat, startup
 from .client import SGLangAbortedError, run_abortable
 from .config import ConfigError, RolloutConfig
+from .episode_metadata import write_keys
 
 logger = logging.getLogger(__name__)
 
@@ -577,7 +578,7 @@ def mark_aborted_by_slime(sample: Any) -> None:
     sample.reward = None
     metadata.pop("truncation", None)
     metadata.pop("raw_reward", None)
-    metadata.update(finish_reason="abort", abort_source="slime", infra_error=None)
+    write_keys(metadata, finish_reason="abort", abort_source="slime", infra_error=None)
 
 
 # ---------------------------------------------------------------------- slime's side: generate
@@ -692,24 +693,37 @@ async def generate_in_worker(
     if config.gc_tuning:
         rollout.tune_gc_once()  # slime's process still holds every sample in flight
     await startup.episode_turn()  # slime starts every episode at once: a few per loop iteration
-    abort_check = slime_compat.abort_check(args)
+    flag = slime_compat.abort_flag(args)
     rollout.reset_attempt(sample)
     want_top_p = rollout._wants_top_p(args, sampling_params, evaluation)
     try:
-        executor = _running_executor(args, config) or await get_executor(args, config, abort_check)
-        result = await executor.run(args, sample, sampling_params, evaluation, abort_check)
-        seconds = round(time.perf_counter() - started, 6)  # the parent's view: shipping included
-        for item in result if isinstance(result, list) else [result]:
-            item.metadata["generate_seconds"] = seconds
-        return result
+        executor = _running_executor(args, config) or await get_executor(args, config, flag.check)
+        result = await executor.run(args, sample, sampling_params, evaluation, flag.check)
     except SGLangAbortedError:  # slime aborted while the workers started or were replaced
         outcome = rollout.EpisodeOutcome(status="ABORTED", finish_reason="abort", aborted_by_slime=True)
-        rollout._fill_sample(args, sample, outcome, None, None, None, config, evaluation, None, want_top_p)
+        rollout._fill_sample(
+            args,
+            sample,
+            outcome,
+            None,
+            None,
+            None,
+            config,
+            evaluation,
+            None,
+            want_top_p,
+            abort_detection=flag.source,
+        )
+        result = [sample] if rollout._fans_out(config, evaluation) else sample
     except WorkerDied as exc:
         logger.warning("episode failed: %s", exc)
-        rollout._fill_dead(args, sample, config, f"WorkerDied: {exc}", evaluation, want_top_p)
-    sample.metadata["generate_seconds"] = round(time.perf_counter() - started, 6)
-    return [sample] if rollout._fans_out(config, evaluation) else sample
+        rollout._fill_dead(args, sample, config, f"WorkerDied: {exc}", evaluation, want_top_p, flag.source)
+        result = [sample] if rollout._fans_out(config, evaluation) else sample
+    seconds = round(time.perf_counter() - started, 6)  # slime's view: shipping included
+    for item in result if isinstance(result, list) else [result]:
+        # the worker watched its own copy of the flag; what detects aborts is slime's side's flag
+        write_keys(item.metadata, generate_seconds=seconds, abort_detection=flag.source)
+    return result
 
 
 # ---------------------------------------------------------------------- the worker process
