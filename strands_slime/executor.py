@@ -645,7 +645,7 @@ async def get_executor(args: Any, config: RolloutConfig, abort_check: Any = None
     (shared by every episode that arrives meanwhile; a failed start is raised to all of them and the
     next call tries again)."""
     fields = _args_fields(args)
-    key = (id(config), repr(sorted(fields.items())))
+    key = (config.model_dump_json(), repr(sorted(fields.items())))  # by content: configs get re-parsed
     entries = _EXECUTORS.setdefault(asyncio.get_running_loop(), {})
     entry = entries.get(key)
     if (

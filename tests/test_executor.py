@@ -280,7 +280,7 @@ async def test_a_crashed_worker_fails_its_episodes_and_is_replaced(
     server: DevServer, workers: executor.EpisodeExecutor
 ) -> None:
     running = workers
-    started = running.stats.workers_started
+    started, dispatched = running.stats.workers_started, running.stats.episodes
     aborted = threading.Event()
     args = worker_args(server.url, abort_event=aborted)
     before = len(server.request_log)
@@ -288,6 +288,7 @@ async def test_a_crashed_worker_fails_its_episodes_and_is_replaced(
     try:
         tasks = [asyncio.ensure_future(generate(args, new_sample("plain"), dict(PARAMS))) for _ in range(4)]
         await wait_until(lambda: len(server.request_log) >= before + 4, 30, "4 requests at the server")
+        assert running.stats.episodes >= dispatched + 4, "the shared executor runs them"
         victim = running.worker_pids[0]
         os.kill(victim, signal.SIGKILL)
         await wait_until(lambda: sum(t.done() for t in tasks) >= 2, 10, "the dead worker's episodes")
