@@ -649,6 +649,10 @@ class Zygote:
                     break
         finally:
             os.setresuid(0, 0, 0)
+            # The kernel clears the parent-death signal on every change of the effective uid.
+            _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != self.parent_pid:  # the parent died while it was cleared: what the signal does
+            os.kill(os.getpid(), signal.SIGKILL)
 
     def _reap(self) -> None:
         reaped_stray = False
