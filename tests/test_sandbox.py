@@ -432,6 +432,60 @@ async def test_get_shared_sandbox_is_one_per_config_and_loop() -> None:
     assert get_shared_sandbox(config) is not shared  # a closed one is replaced
 
 
+async def test_zygote_outlives_the_thread_whose_loop_started_it() -> None:
+    """The zygote is forked by the sandbox's launcher thread, never by the loop's thread.
+
+    Its parent-death signal is tied to the thread that forked it: had the loop's (short-lived)
+    thread forked it, the zygote would die with that thread. Once that loop is closed, the next
+    ``get_shared_sandbox`` kills it without waiting on the calling loop.
+    """
+    config = SandboxConfig(timeout_s=7, preload_modules=("math",))  # a config of its own
+    started: list[int] = []
+
+    def on_short_lived_thread() -> None:
+        async def main() -> None:
+            box = get_shared_sandbox(config)
+            assert (await box.run("print('started')")).ok
+            assert box.zygote_pid is not None
+            started.append(box.zygote_pid)
+
+        asyncio.run(main())  # never closed: as when a rollout process's loop goes away
+
+    thread = threading.Thread(target=on_short_lived_thread)
+    thread.start()
+    await asyncio.to_thread(thread.join, 30)
+    assert started, "the sandbox did not start on the other thread"
+    zygote = started[0]
+    # The parent-death signal would arrive as the thread exits: the zygote must not die from it.
+    assert not await wait_until(lambda: not pid_alive(zygote), timeout=1.0)
+    get_shared_sandbox(config)  # sees the closed loop and abandons its sandbox
+    assert await wait_until(lambda: not pid_alive(zygote))
+
+
+async def test_respawning_the_zygote_does_not_block_the_loop(sandbox: Sandbox) -> None:
+    """Loop-thread CPU between 5 ms ticks stays small while the zygote is killed and replaced."""
+    busy: list[float] = []
+    stop = asyncio.Event()
+
+    async def ticker() -> None:
+        while not stop.is_set():
+            before = time.thread_time()
+            await asyncio.sleep(0.005)
+            busy.append(time.thread_time() - before)
+
+    task = asyncio.create_task(ticker())
+    for _ in range(3):
+        first = sandbox.zygote_pid
+        assert first is not None
+        os.kill(first, signal.SIGKILL)
+        assert await wait_until(lambda first=first: sandbox.zygote_pid != first)
+        assert (await sandbox.run("print('back')")).stdout == "back\n"
+    stop.set()
+    await task
+    assert len(busy) > 3
+    assert max(busy) < 0.05
+
+
 # ---------------------------------------------------------------- attacks
 
 
@@ -597,6 +651,39 @@ async def test_attack_tmp_is_private_per_call(sandbox: Sandbox) -> None:
     assert first.ok, first.stderr
     assert not exists_any([f"/tmp/{marker}", f"/dev/shm/{marker}"])
     second = await sandbox.run(f"import os\nprint(os.path.exists('/tmp/{marker}'))")
+    assert second.stdout == "False\n"
+
+
+@needs_root
+async def test_dev_shm_is_a_private_writable_tmpfs_and_var_tmp_is_read_only(sandbox: Sandbox) -> None:
+    """What ``SandboxConfig.private_tmp`` and docs/sandbox.md promise, checked inside the sandbox."""
+    if not sandbox.capabilities["mount_namespace"]:
+        pytest.skip("no mount namespace here")
+    marker = f"shm-marker-{os.getpid()}"
+    code = dedent(
+        f"""
+        import os
+        mounts = {{line.split()[1]: line.split() for line in open('/proc/self/mounts')}}
+        print(mounts['/dev/shm'][2], mounts['/tmp'][2], 'ro' in mounts['/var/tmp'][3].split(','))
+        st = os.statvfs('/dev/shm')
+        print(st.f_blocks * st.f_frsize // 2**20)
+        print(os.listdir('/dev/shm'))
+        open('/dev/shm/{marker}', 'w').write('x')
+        try:
+            open('/var/tmp/{marker}', 'w')
+        except OSError as exc:
+            print(type(exc).__name__)
+        """
+    )
+    first = await sandbox.run(code)
+    assert first.ok, first.stderr
+    lines = first.stdout.splitlines()
+    assert lines[0] == "tmpfs tmpfs True"
+    assert int(lines[1]) == sandbox.config.workdir_size_mb  # the private tmpfs, not the host's /dev/shm
+    assert lines[2] == "[]"  # nothing of the host's or of another call
+    assert lines[3] in ("OSError", "PermissionError")  # EROFS
+    assert not os.path.exists(f"/dev/shm/{marker}")
+    second = await sandbox.run(f"import os\nprint(os.path.exists('/dev/shm/{marker}'))")
     assert second.stdout == "False\n"
 
 
