@@ -81,8 +81,9 @@ class SandboxConfig(BaseModel):
     )
     private_tmp: bool = Field(
         default=True,
-        description="Give each execution a private mount namespace: a fresh tmpfs as /tmp and working "
-        "directory, and read-only /var/tmp, /dev/shm and /run/lock.",
+        description="Give each execution a private mount namespace: fresh, writable tmpfs mounts of "
+        "workdir_size_mb each as /tmp (also the working directory) and as /dev/shm, and read-only "
+        "/var/tmp, /run/lock and /var/lock.",
     )
     drop_privileges: bool = Field(
         default=True,
