@@ -749,6 +749,11 @@ def render_markdown(results: SoakResults, note: str = "") -> str:
         "does, against the scripted dev server in a child process, with a seeded fault per request. The test",
         "suite runs a 300-episode version (`tests/test_soak.py`); the full soak is run by hand.",
         "",
+        "Loop blocking is the CPU time of the event loop's thread between two wakes of a 2 ms timer: what",
+        "our code (and the garbage collector, timed apart) held the loop for, unaffected by other processes.",
+        "The wall-clock stall (how late that timer fired) is reported next to it; on a shared machine it also",
+        "counts waiting for a CPU.",
+        "",
         f"Last full run: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC on {machine}; "
         f"{settings['episodes']:,} fault-phase episodes in steps of {settings['step_size']} at concurrency "
         f"{settings['concurrency']}, then {settings['load_episodes']:,} load-phase episodes at once; seed "
