@@ -152,8 +152,10 @@ class SandboxConfig(BaseModel):
 
     @property
     def effective_cpu_time_s(self) -> float:
+        """CPU-seconds per process: ``cpu_time_s``, or ``timeout_s`` when unset."""
         return self.cpu_time_s if self.cpu_time_s is not None else self.timeout_s
 
     @property
     def effective_max_concurrency(self) -> int:
+        """Executions at once: ``max_concurrency``, or 4 per core (at least 8) when unset."""
         return self.max_concurrency if self.max_concurrency is not None else default_max_concurrency()

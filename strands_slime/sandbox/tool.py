@@ -49,6 +49,7 @@ class ToolStats:
     seconds: float = 0.0
 
     def record(self, result: ExecutionResult) -> None:
+        """Count one call and its outcome."""
         self.calls += 1
         self.seconds += result.duration_s
         if result.kind is ResultKind.INFRA:
