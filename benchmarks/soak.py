@@ -480,16 +480,17 @@ class Soak:
                 self.results.server_aborted_requests += live
 
     async def _kill_and_restart(
-        self, server: ServerProcess, session: aiohttp.ClientSession, running: list[Episode]
-    ) -> None:
+        self, server: ServerProcess, session: aiohttp.ClientSession
+    ) -> tuple[float, float]:
+        """SIGKILL the server, start it again on the same port; returns when it went down and came back."""
+        killed_at = time.time()
         await server.kill()
-        for episode in running:
-            episode.labels.add("server kill")
         await asyncio.sleep(1.5)
-        await server.start()
+        await server.start()  # seconds more on a loaded machine: the outage is longer than the sleep
         await _http(
             session, "POST", server.url + "/dev/fault_mix", {"faults": FAULT_MIX, "seed": self.seed + 1}
         )
+        return killed_at, time.time()
 
     async def fault_phase(self, server: ServerProcess, session: aiohttp.ClientSession) -> None:
         await _http(session, "POST", server.url + "/dev/fault_mix", {"faults": FAULT_MIX, "seed": self.seed})
@@ -507,7 +508,8 @@ class Soak:
             else:
                 await self._step(server, session, step, count, abort=step % 3 == 2)
             done += count
-            self.results.checkpoints.append({"phase": "fault", "episodes": done, **await resources(server)})
+            point = await self._idle_resources(server)
+            self.results.checkpoints.append({"phase": "fault", "episodes": done, **point})
         aborter.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await aborter
@@ -516,6 +518,22 @@ class Soak:
         self.results.busy_s["fault"] = monitor.max_busy_s
         self.results.gc_pauses_s["fault"] = monitor.max_gc_s
         self.results.stall_details["fault"] = _stall_detail(monitor)
+
+    async def _idle_resources(self, server: ServerProcess) -> dict[str, float]:
+        """Resources once the step's last processes are gone (at most 5 s later).
+
+        A just-finished execution's worker, or a pre-forked one on its way, can be alive for a moment
+        on a loaded machine; a leak stays. Compared with the first fault-phase checkpoint.
+        """
+        point = await resources(server)
+        baseline = next((p for p in self.results.checkpoints if p["phase"] == "fault"), None)
+        deadline = time.monotonic() + 5.0
+        while (
+            baseline is not None and point["children"] > baseline["children"] and time.monotonic() < deadline
+        ):
+            await asyncio.sleep(0.1)
+            point = await resources(server)
+        return point
 
     async def _step_with_kill(
         self, server: ServerProcess, session: aiohttp.ClientSession, step: int, count: int
@@ -527,9 +545,11 @@ class Soak:
         semaphore = asyncio.Semaphore(self.concurrency)
         tasks = [asyncio.create_task(self._run_episode(args, e, semaphore)) for e in episodes]
         await asyncio.wait(tasks, timeout=1.0)
-        running = [e for e in episodes if e.started and not e.ended]
-        await self._kill_and_restart(server, session, running)
+        killed_at, restarted_at = await self._kill_and_restart(server, session)
         await asyncio.gather(*tasks)
+        for episode in episodes:  # running at some point while the server was down
+            if episode.started <= restarted_at and episode.ended >= killed_at:
+                episode.labels.add("server kill")
         await _http(session, "DELETE", server.url + "/dev/requests")
         self._record("fault", episodes)
 
