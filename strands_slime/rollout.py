@@ -35,6 +35,7 @@ from .chat import get_templater
 from .chat_families import UnsupportedChatTemplate
 from .client import SGLangAbortedError, SGLangClient, SGLangClientError
 from .config import ConfigError, RolloutConfig, get_rollout_config
+from .episode_metadata import EPISODE_METADATA_KEYS, RESTARTS_KEY, EpisodeMetadata, write_keys
 from .errors import EpisodeEnded, GenerationAborted, find_episode_end
 from .limits import ToolLimiter
 from .model import SGLangModel
@@ -81,10 +82,12 @@ def tune_gc_once() -> None:
     gc.set_threshold(*(max(a, b) for a, b in zip(current, GC_THRESHOLDS, strict=True)))
 
 
-def _log_once(message: str) -> None:
-    if message not in _LOGGED_ERRORS:
-        _LOGGED_ERRORS.add(message)
-        logger.error(message)
+def _log_once(message: str, *, level: int = logging.ERROR, key: str | None = None) -> None:
+    """Log ``message`` the first time its ``key`` (default: the message) occurs in this process."""
+    key = message if key is None else key
+    if key not in _LOGGED_ERRORS:
+        _LOGGED_ERRORS.add(key)
+        logger.log(level, message)
 
 
 def get_client(args: Any, config: RolloutConfig) -> SGLangClient:
@@ -153,14 +156,21 @@ def _read_text_cached(path: str) -> str:
     return _TEXT_CACHE[path]
 
 
+def _refuse_templated_prompt(prompt: Any, templater: Any) -> None:
+    """A string prompt that ends with the chat template's own generation prompt was templated already
+    (slime's ``--apply-chat-template``); templating it again would train on a doubled template, in
+    every sample, so the job stops. A plain prompt that ends with the word "assistant" is fine."""
+    if isinstance(prompt, str) and templater.ends_with_generation_prompt(prompt):
+        raise ConfigError(
+            "sample.prompt is already chat-templated (it ends with the template's generation prompt "
+            f"{templater.assistant_header!r}; slime's --apply-chat-template?); agent rollouts template the "
+            "prompt themselves: drop that flag"
+        )
+
+
 def _prompt_parts(prompt: Any) -> tuple[str | None, list[dict[str, Any]], str]:
     """``(system override, history, last user text)`` from a string or a chat-message list."""
     if isinstance(prompt, str):
-        if "<|im_start|>" in prompt or prompt.rstrip().endswith("assistant"):
-            raise ConfigError(
-                "sample.prompt is already chat-templated (slime's --apply-chat-template?); agent rollouts "
-                "template the prompt themselves: drop that flag"
-            )
         return None, [], prompt
     if not isinstance(prompt, list) or not prompt:
         raise ConfigError(
@@ -187,40 +197,6 @@ def _prompt_parts(prompt: Any) -> tuple[str | None, list[dict[str, Any]], str]:
     return system, history, last["content"][0]["text"]
 
 
-EPISODE_METADATA_KEYS = frozenset(
-    {
-        # written by generate (see _episode_metadata)
-        "evaluation",
-        "tool_iterations",
-        "tool_calls",
-        "parse_errors",
-        "tool_errors",
-        "tool_timeouts",
-        "sandbox_seconds",
-        "finish_reason",
-        "turns",
-        "final_text",
-        "infra_error",
-        "abort_source",
-        "prompt_tokens",
-        "cached_tokens",
-        "completion_tokens",
-        "retried_turns",
-        "masked_null_logprobs",
-        "truncation",
-        "turn_seconds",
-        "transcript",
-        "generate_seconds",
-        "fanout_segment",
-        "fanout_segments",
-        # written by reward_func and by generate's preset reward
-        "raw_reward",
-        "reward_details",
-    }
-)
-"""Every ``sample.metadata`` key one attempt (generate, then the reward) writes; a sample slime sends
-back (ABORTED, FAILED, any status) loses them all before the next attempt."""
-
 _ATTEMPT_FIELDS: dict[str, Any] = {
     "response": "",
     "response_length": 0,
@@ -245,7 +221,7 @@ def reset_attempt(sample: Any) -> None:
     for key in EPISODE_METADATA_KEYS:
         metadata.pop(key, None)
     if previous:
-        metadata["restarts"] = int(metadata.get("restarts", 0)) + 1
+        metadata[RESTARTS_KEY] = int(EpisodeMetadata.from_metadata(metadata).restarts or 0) + 1
     sample.metadata = metadata
     sample.status = slime_compat.status(sample, "PENDING")
 
@@ -365,6 +341,7 @@ async def _run_episode(
         request_trace=slime_compat.request_trace(sample),
         new_segment_on_context_change=_fans_out(config, evaluation),
     )
+    _refuse_templated_prompt(sample.prompt, model.templater)
     limiter = ToolLimiter(
         config.max_tool_iters, config.max_tool_calls, max_model_calls=config.max_model_calls
     )
@@ -498,7 +475,29 @@ def _replay_trajectory(args: Any, sample: Any, trajectory: Any, want_top_p: bool
         if math.isinf(value) or math.isnan(value):  # the server sent no logprob: train nothing there
             mask[i], logprobs[i] = 0, 0.0
             masked += 1
+    if masked:
+        _warn_masked_logprobs_once(trajectory, masked)
     return masked
+
+
+def _warn_masked_logprobs_once(trajectory: TokenTrajectory, masked: int) -> None:
+    """One WARNING per process and cause: model tokens without a logprob are silently untrained."""
+    whole_replies = sum(
+        1
+        for segment in trajectory.segment_info
+        if segment.is_output
+        and all(math.isinf(v) for v in trajectory.logprobs[segment.start : segment.start + segment.length])
+    )
+    if whole_replies:
+        cause = "a /generate reply had no logprob for any of its output tokens (return_logprob ignored?)"
+    else:
+        cause = "the server returned null logprobs for some output tokens"
+    _log_once(
+        f"masked {masked} model token(s) out of training because {cause}; counted per sample in "
+        "metadata.masked_null_logprobs (rollout/strands/masked_null_logprobs/*); logged once per process",
+        level=logging.WARNING,
+        key=f"masked_null_logprobs: {cause}",
+    )
 
 
 def _check_replay_meta(meta: Mapping[str, Any], want_top_p: bool, replay_experts: bool) -> None:
@@ -544,34 +543,37 @@ def _episode_metadata(
     config: RolloutConfig,
     evaluation: bool,
     masked: int,
-) -> dict[str, Any]:
+    abort_detection: str,
+) -> EpisodeMetadata:
+    """What this attempt records about the episode (see :class:`EpisodeMetadata` for every key)."""
     stats = model.stats if model is not None else None
-    metadata: dict[str, Any] = {
-        "evaluation": evaluation,
-        "tool_iterations": limiter.tool_iter_count if limiter else 0,
-        "tool_calls": limiter.tool_call_count if limiter else 0,
-        "parse_errors": stats.parse_errors if stats else 0,
-        "tool_errors": getattr(tool_stats, "errors", 0),
-        "tool_timeouts": getattr(tool_stats, "timeouts", 0),
-        "sandbox_seconds": round(float(getattr(tool_stats, "seconds", 0.0)), 6),
-        "finish_reason": outcome.finish_reason,
-        "turns": stats.model_calls if stats else 0,
-        "final_text": (model.last_output_text if model is not None else None) or "",
-        "infra_error": outcome.infra_error,
-        "prompt_tokens": stats.prompt_tokens if stats else 0,
-        "cached_tokens": stats.cached_tokens if stats else 0,
-        "completion_tokens": stats.completion_tokens if stats else 0,
-        "retried_turns": stats.rolled_back_turns if stats else 0,
-        "turn_seconds": [round(t, 6) for t in stats.turn_seconds] if stats else [],
-        "masked_null_logprobs": masked,
-    }
+    record = EpisodeMetadata(
+        evaluation=evaluation,
+        tool_iterations=limiter.tool_iter_count if limiter else 0,
+        tool_calls=limiter.tool_call_count if limiter else 0,
+        parse_errors=stats.parse_errors if stats else 0,
+        tool_errors=getattr(tool_stats, "errors", 0),
+        tool_timeouts=getattr(tool_stats, "timeouts", 0),
+        sandbox_seconds=round(float(getattr(tool_stats, "seconds", 0.0)), 6),
+        finish_reason=outcome.finish_reason,
+        turns=stats.model_calls if stats else 0,
+        final_text=(model.last_output_text if model is not None else None) or "",
+        infra_error=outcome.infra_error,
+        prompt_tokens=stats.prompt_tokens if stats else 0,
+        cached_tokens=stats.cached_tokens if stats else 0,
+        completion_tokens=stats.completion_tokens if stats else 0,
+        retried_turns=stats.rolled_back_turns if stats else 0,
+        turn_seconds=[round(t, 6) for t in stats.turn_seconds] if stats else [],
+        masked_null_logprobs=masked,
+        abort_detection=abort_detection,
+    )
     if outcome.status == "ABORTED":
-        metadata["abort_source"] = "slime" if outcome.aborted_by_slime else "server"
+        record.abort_source = "slime" if outcome.aborted_by_slime else "server"
     if outcome.status == "TRUNCATED":
-        metadata["truncation"] = outcome.finish_reason
+        record.truncation = outcome.finish_reason
     if config.keep_transcript and model is not None:
-        metadata["transcript"] = model.transcript()
-    return metadata
+        record.transcript = model.transcript()
+    return record
 
 
 def _fill_sample(
@@ -586,6 +588,7 @@ def _fill_sample(
     tokenizer: Any,
     want_top_p: bool,
     trajectory: TokenTrajectory | None = None,
+    abort_detection: str = "off",
 ) -> Any:
     if trajectory is None and model is not None:
         trajectory = model.trajectory
@@ -603,7 +606,10 @@ def _fill_sample(
     )
     sample.status = slime_compat.status(sample, outcome.status)
     metadata = dict(getattr(sample, "metadata", None) or {})
-    metadata.update(_episode_metadata(outcome, model, limiter, tool_stats, config, evaluation, masked))
+    record = _episode_metadata(
+        outcome, model, limiter, tool_stats, config, evaluation, masked, abort_detection
+    )
+    metadata.update(record.to_metadata())
     sample.metadata = metadata
     sample.non_generation_time = float(getattr(tool_stats, "seconds", 0.0))
     if outcome.infra_error and outcome.status != "ABORTED":
@@ -619,7 +625,7 @@ def _remove(args: Any, sample: Any, config: RolloutConfig, evaluation: bool) -> 
         args, config.infra_failure_reward, evaluation=evaluation, config=config.reward
     )
     # slime logs raw_reward when any sample has it; keep it numeric on every sample
-    sample.metadata["raw_reward"] = config.infra_failure_reward
+    write_keys(sample.metadata, raw_reward=config.infra_failure_reward)
 
 
 def _placeholder_prompt(model: SGLangModel | None, sample: Any, tokenizer: Any) -> list[int]:
@@ -654,7 +660,8 @@ async def generate(
 
 async def _generate(args: Any, sample: Any, sampling_params: Mapping[str, Any], evaluation: bool) -> Any:
     started = time.perf_counter()
-    abort_check = slime_compat.abort_check(args)
+    abort_flag = slime_compat.abort_flag(args)
+    abort_check = abort_flag.check
     reset_attempt(sample)
     config = get_rollout_config(args)  # a ConfigError propagates: see the docstring
     if _fans_out(config, evaluation):
@@ -708,20 +715,28 @@ async def _generate(args: Any, sample: Any, sampling_params: Mapping[str, Any], 
                 tokenizer,
                 want_top_p,
                 trajectory=trajectory,
+                abort_detection=abort_flag.source,
             )
         except ConfigError:
             raise
         except Exception as exc:  # last line of defence: still a valid, removed sample
             logger.exception("strands_slime could not fill the sample")
-            _fill_dead(args, current, config, f"{type(exc).__name__}: {exc}", evaluation, want_top_p)
-        current.metadata["generate_seconds"] = round(time.perf_counter() - started, 6)
+            _fill_dead(
+                args,
+                current,
+                config,
+                f"{type(exc).__name__}: {exc}",
+                evaluation,
+                want_top_p,
+                abort_flag.source,
+            )
+        write_keys(current.metadata, generate_seconds=round(time.perf_counter() - started, 6))
     if not _fans_out(config, evaluation):
         return sample
     rollout_id = sample.index if isinstance(sample.index, int) else random.getrandbits(62)
     for position, current in enumerate(samples):
         current.rollout_id = rollout_id
-        current.metadata["fanout_segment"] = position
-        current.metadata["fanout_segments"] = len(samples)
+        write_keys(current.metadata, fanout_segment=position, fanout_segments=len(samples))
     return samples
 
 
@@ -735,14 +750,20 @@ def _check_fanout_args(args: Any) -> None:
 
 
 def _fill_dead(
-    args: Any, sample: Any, config: RolloutConfig, reason: str, evaluation: bool, want_top_p: bool
+    args: Any,
+    sample: Any,
+    config: RolloutConfig,
+    reason: str,
+    evaluation: bool,
+    want_top_p: bool,
+    abort_detection: str,
 ) -> None:
+    """The last line of defence: a valid, removed sample carrying the reason filling it failed."""
     _clear_attempt_fields(sample)
     _start_response(sample, [0], want_top_p)
     _append_inert_token(args, sample, None)
     _fill_missing_routed_experts(args, sample)
     metadata = dict(getattr(sample, "metadata", None) or {})
-    metadata["infra_error"] = reason
-    metadata["evaluation"] = evaluation
+    write_keys(metadata, infra_error=reason, evaluation=evaluation, abort_detection=abort_detection)
     sample.metadata = metadata
     _remove(args, sample, config, evaluation)
