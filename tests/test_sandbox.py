@@ -369,6 +369,37 @@ async def test_cancelled_call_kills_its_process(sandbox: Sandbox) -> None:
     assert (await sandbox.run("print('still fine')")).stdout == "still fine\n"
 
 
+def children_of(pid: int) -> list[int]:
+    """Live direct children of ``pid``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as stat:
+                    fields = stat.read().rsplit(b")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid and fields[0] != b"Z":
+                found.append(int(entry))
+    return found
+
+
+async def test_cancelled_calls_leave_no_surplus_idle_workers() -> None:
+    """Workers forked for calls that were cancelled meanwhile are not kept beyond ``prefork``."""
+    async with Sandbox(SandboxConfig(prefork=1, max_concurrency=32, **LIGHT)) as box:
+        zygote = box.zygote_pid
+        assert zygote is not None
+        for _ in range(3):
+            calls = [asyncio.create_task(box.run("print(1)")) for _ in range(24)]
+            for _ in range(3):
+                await asyncio.sleep(0)  # let them ask for workers, then cancel (as slime's abort does)
+            for call in calls:
+                call.cancel()
+            await asyncio.gather(*calls, return_exceptions=True)
+        assert await wait_until(lambda: len(children_of(zygote)) <= 1), children_of(zygote)
+        assert (await box.run("print('fine')")).stdout == "fine\n"
+
+
 async def test_dead_zygote_is_restarted(sandbox: Sandbox) -> None:
     first = sandbox.zygote_pid
     assert first is not None

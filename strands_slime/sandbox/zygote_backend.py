@@ -459,7 +459,21 @@ class ZygoteBackend:
             if not waiter.done():
                 waiter.set_result((pid, worker_sock))
                 return
-        self._idle_workers.append((pid, worker_sock))
+        self._keep_idle(pid, worker_sock)
+
+    def _keep_idle(self, pid: int, worker_sock: socket.socket, first: bool = False) -> None:
+        """Pool an unused worker, up to ``prefork`` of them; beyond that, let it go.
+
+        Workers forked on demand for calls that were cancelled meanwhile (slime's abort cancels
+        hundreds at once) would otherwise stay, each an idle process holding an execution uid.
+        Closing its socket ends the worker; the zygote reaps it and frees the uid.
+        """
+        if len(self._idle_workers) >= self.config.prefork:
+            worker_sock.close()
+        elif first:
+            self._idle_workers.appendleft((pid, worker_sock))
+        else:
+            self._idle_workers.append((pid, worker_sock))
 
     async def _acquire_worker(self) -> tuple[int, socket.socket]:
         """A forked, isolated worker waiting for one request (asks the zygote for one if none idle)."""
@@ -473,7 +487,7 @@ class ZygoteBackend:
             return await waiter
         except asyncio.CancelledError:
             if waiter.done() and not waiter.cancelled():  # got one while being cancelled: keep it
-                self._idle_workers.appendleft(waiter.result())
+                self._keep_idle(*waiter.result(), first=True)
             raise
 
     # ------------------------------------------------------------------ executions
@@ -512,7 +526,7 @@ class ZygoteBackend:
             try:
                 await self._pace(loop)
             except asyncio.CancelledError:
-                self._idle_workers.appendleft((pid, worker_sock))
+                self._keep_idle(pid, worker_sock, first=True)
                 raise
             call_id = next(self._ids)
             request = json.dumps({"id": call_id, "cpu_s": cpu_s}).encode()
