@@ -42,6 +42,7 @@ import threading
 import time
 import uuid
 from collections import Counter, defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -282,6 +283,45 @@ async def resources(server: ServerProcess) -> dict[str, float]:
     return {**await asyncio.to_thread(_process_resources, server_pids), "tasks": tasks}
 
 
+class SendLog:
+    """When the client sent each ``/generate`` request, by routing key (the episode's session id).
+
+    Recorded on the client side (aiohttp's ``on_request_headers_sent``), not from the server's log:
+    the server stamps a request when its handler runs, which on a loaded machine can be long after
+    the client sent it, so a request sent before an abort would count as sent after it. While
+    ``installed``, every new ``aiohttp.ClientSession`` (the client's included) gets the trace config.
+    """
+
+    def __init__(self) -> None:
+        self.sent: dict[str, list[float]] = defaultdict(list)
+
+    async def _on_headers_sent(self, _session: Any, _context: Any, params: Any) -> None:
+        key = params.headers.get("X-SMG-Routing-Key")
+        if key and params.url.path == "/generate":
+            self.sent[key].append(time.time())
+
+    def count_after(self, key: str, moment: float) -> int:
+        """Requests of episode ``key`` sent after ``moment`` (``time.time()``)."""
+        return sum(sent > moment for sent in self.sent.get(key, []))
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        """Trace every ``aiohttp.ClientSession`` created inside the block."""
+        trace = aiohttp.TraceConfig()
+        trace.on_request_headers_sent.append(self._on_headers_sent)
+        original = aiohttp.ClientSession.__init__
+
+        def traced_init(session: aiohttp.ClientSession, *args: Any, **kwargs: Any) -> None:
+            kwargs["trace_configs"] = [*(kwargs.get("trace_configs") or ()), trace]
+            original(session, *args, **kwargs)
+
+        aiohttp.ClientSession.__init__ = traced_init  # type: ignore[method-assign]
+        try:
+            yield
+        finally:
+            aiohttp.ClientSession.__init__ = original  # type: ignore[method-assign]
+
+
 def invariant_problems(sample: Any) -> list[str]:
     """slime's invariants on a returned sample; an empty list means valid."""
     problems = []
@@ -354,6 +394,7 @@ class Soak:
         self.concurrency = concurrency
         self.step_size = step_size
         self.rng = random.Random(seed)
+        self.sends = SendLog()
         self.results = SoakResults()
         self.results.settings = {
             "episodes": episodes,
@@ -455,12 +496,9 @@ class Soak:
                 )
                 if episode.ended > abort_at:
                     self.results.abort_returns_s.append(episode.ended - abort_at)
-                    late = [
-                        e
-                        for e in by_session.get(episode.sample.session_id, [])
-                        if e["time"] > abort_at + 0.01
-                    ]
-                    self.results.requests_after_abort += len(late)
+                    self.results.requests_after_abort += self.sends.count_after(
+                        episode.sample.session_id, abort_at
+                    )
         self._record("fault", episodes)
 
     async def _server_aborts(self, server: ServerProcess, session: aiohttp.ClientSession) -> None:
@@ -585,7 +623,7 @@ class Soak:
         # Inside slime the tokenizer is GenerateState's, loaded before any rollout starts; parsing it
         # holds the GIL for ~1 s, which would show up as a loop stall that slime never sees.
         await asyncio.to_thread(load_tokenizer, None)
-        with tempfile.TemporaryDirectory(prefix="soak-") as tmp:
+        with self.sends.installed(), tempfile.TemporaryDirectory(prefix="soak-") as tmp:
             script = Path(tmp) / "script.json"
             script.write_text(json.dumps(soak_script()))
             # 8 generate at once, token by token: the server's aborts hit running and queued requests
