@@ -14,11 +14,11 @@ is killed (SIGKILL) and restarted on the same port. Load phase: ``load_episodes`
 against 0.5–2 s reply latency.
 
 Reported (goals): escaped exceptions (0), invalid samples by slime's invariants (0), the fault →
-status matrix (as documented in docs/soak.md), requests sent after a slime abort (0), time from abort
-to return (p50/max ≤ 1 s), event-loop blocking max (loop-thread CPU between two wakes of a 2 ms
-timer: ≤ 50 ms; the wall-clock stall, which also counts waiting for a CPU, is reported next to it)
-and resource trends between idle points
-(RSS, fds, child processes, asyncio tasks: flat).
+status matrix (as documented in docs/soak.md), requests sent after a slime abort (0; send times
+recorded on the client side), time from abort to return (p50/max ≤ 1 s), event-loop blocking max
+(loop-thread CPU between two wakes of a 2 ms timer: ≤ 50 ms; the wall-clock stall, which also counts
+waiting for a CPU, is reported next to it) and resource trends between idle points (RSS, fds, child
+processes, asyncio tasks: flat).
 """
 
 from __future__ import annotations
