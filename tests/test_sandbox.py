@@ -7,9 +7,11 @@ what is left on the machine afterwards.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
+import sys
 import tempfile
 import textwrap
 import threading
@@ -382,6 +384,48 @@ def children_of(pid: int) -> list[int]:
             if int(fields[1]) == pid and fields[0] != b"Z":
                 found.append(int(entry))
     return found
+
+
+ROLLOUT_PROCESS = """
+import asyncio, sys
+from strands_slime.sandbox import Sandbox, SandboxConfig
+
+async def main():
+    box = Sandbox(SandboxConfig(preload_modules=("math",), timeout_s=10))
+    await box.start()
+    print(box.zygote_pid, flush=True)
+    await asyncio.sleep(120)
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.slow  # a second interpreter and its zygote: about 3 s
+@needs_root
+async def test_zygote_dies_with_its_rollout_process_even_when_it_cannot_notice() -> None:
+    """The parent-death signal, not only the closed socket, ends the zygote.
+
+    The zygote is stopped (SIGSTOP), so it cannot see its control socket close; only the kernel's
+    parent-death SIGKILL can end it. As root the zygote switches uid for its uid sweeps, which
+    clears that signal: it must have been re-armed.
+    """
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        ROLLOUT_PROCESS,
+        stdout=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+    )
+    assert process.stdout is not None
+    zygote = int(await asyncio.wait_for(process.stdout.readline(), 60))
+    try:
+        os.kill(zygote, signal.SIGSTOP)
+        process.kill()
+        await process.wait()
+        assert await wait_until(lambda: not pid_alive(zygote))
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(zygote, signal.SIGKILL)
 
 
 async def test_cancelled_calls_leave_no_surplus_idle_workers() -> None:
