@@ -70,12 +70,6 @@ class ZygoteLauncher:
         self._thread: threading.Thread | None = None
         self._dying: list[tuple[subprocess.Popen[bytes], float]] = []  # touched by the thread only
 
-    @property
-    def running(self) -> bool:
-        """True while the launcher thread exists."""
-        with self._lock:
-            return self._thread is not None and self._thread.is_alive()
-
     def submit(self, function: Callable[..., _T], *args: Any) -> concurrent.futures.Future[_T]:
         """Run ``function(*args)`` on the launcher thread; its result or exception comes in the future."""
         future: concurrent.futures.Future[_T] = concurrent.futures.Future()
@@ -191,10 +185,17 @@ def _abandon_zygote(process: subprocess.Popen[bytes], sock: socket.socket, launc
 
 
 def _discard_launch(
-    launcher: ZygoteLauncher, launch: concurrent.futures.Future[tuple[subprocess.Popen[bytes], list[str]]]
+    launcher: ZygoteLauncher,
+    child_sock: socket.socket,
+    launch: concurrent.futures.Future[tuple[subprocess.Popen[bytes], list[str]]],
 ) -> None:
-    """A start whose caller was cancelled: kill the zygote it produced, if any."""
-    if not launch.cancelled() and launch.exception() is None:
+    """A start whose caller was cancelled: kill the zygote it produced, if any.
+
+    A launch cancelled before it ran never reached ``launch_zygote``, which closes ``child_sock``.
+    """
+    if launch.cancelled():
+        child_sock.close()
+    elif launch.exception() is None:
         launcher.reap(launch.result()[0])
 
 
@@ -324,7 +325,7 @@ class ZygoteBackend:
             raise SandboxError(f"could not start the sandbox zygote: {exc}") from exc
         except BaseException:
             parent_sock.close()
-            launch.add_done_callback(functools.partial(_discard_launch, self._launcher))
+            launch.add_done_callback(functools.partial(_discard_launch, self._launcher, child_sock))
             raise
         self._process = process
         self._finalizer = weakref.finalize(self, _abandon_zygote, process, parent_sock, self._launcher)
