@@ -533,7 +533,7 @@ async def test_zygote_outlives_the_thread_whose_loop_started_it() -> None:
     zygote = started[0]
     # The parent-death signal would arrive as the thread exits: the zygote must not die from it.
     assert not await wait_until(lambda: not pid_alive(zygote), timeout=1.0)
-    get_shared_sandbox(config)  # sees the closed loop and abandons its sandbox
+    get_shared_sandbox(config)  # sees the closed loop and kills its sandbox
     assert await wait_until(lambda: not pid_alive(zygote))
 
 

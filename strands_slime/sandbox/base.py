@@ -40,7 +40,7 @@ class Backend(Protocol):
         """Stop everything the backend started."""
         ...
 
-    def abandon(self) -> None:
+    def kill(self) -> None:
         """Stop without the event loop (the loop it ran on is closed); must not block."""
         ...
 

@@ -142,7 +142,7 @@ class CamelBackend:
             executor, self._executor = self._executor, None
             await asyncio.to_thread(executor.shutdown, wait=True)
 
-    def abandon(self) -> None:
+    def kill(self) -> None:
         """Shut the thread pool down without waiting (the event loop is gone)."""
         if self._executor is not None:
             executor, self._executor = self._executor, None

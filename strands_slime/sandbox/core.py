@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import math
-import weakref
 from typing import Any
 
+from strands_slime.runtime import get_runtime
 from strands_slime.sandbox.base import Backend, SandboxError
 from strands_slime.sandbox.camel_backend import CamelBackend
 from strands_slime.sandbox.config import SandboxConfig
@@ -106,10 +106,14 @@ class Sandbox:
         self._closed = True
         await self._backend.close()
 
-    def abandon(self) -> None:
-        """Stop the backend without an event loop (the loop it ran on is closed); never waits."""
+    def kill(self) -> None:
+        """Mark the sandbox closed and kill its zygote now (workers die with it).
+
+        For a sandbox whose event loop is gone or not running (``close`` needs that loop). Called on
+        a running event loop it never waits (the sandbox's launcher thread reaps the zygote); outside
+        one it waits, at most 5 s, until the zygote is gone."""
         self._closed = True
-        self._backend.abandon()
+        self._backend.kill()
 
     async def __aenter__(self) -> Sandbox:
         """Start the sandbox (``start``)."""
@@ -121,11 +125,6 @@ class Sandbox:
         await self.close()
 
 
-_shared: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, Sandbox]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
 def get_shared_sandbox(config: SandboxConfig | None = None) -> Sandbox:
     """The sandbox for ``config`` on the running event loop, created on first use.
 
@@ -134,12 +133,13 @@ def get_shared_sandbox(config: SandboxConfig | None = None) -> Sandbox:
     """
     config = config or SandboxConfig()
     loop = asyncio.get_running_loop()
-    for other_loop, sandboxes in list(_shared.items()):
+    shared = get_runtime().sandboxes
+    for other_loop, sandboxes in list(shared.items()):
         if other_loop.is_closed():
             for sandbox in sandboxes.values():
-                sandbox.abandon()  # that loop is gone: kill now, reap off the loop
-            del _shared[other_loop]
-    sandboxes = _shared.setdefault(loop, {})
+                sandbox.kill()  # that loop is gone: kill now, reap off the loop
+            del shared[other_loop]
+    sandboxes = shared.setdefault(loop, {})
     key = config.model_dump_json()
     sandbox = sandboxes.get(key)
     if sandbox is None or sandbox.closed:

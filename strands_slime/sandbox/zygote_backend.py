@@ -143,6 +143,15 @@ class ZygoteLauncher:
         self._dying = still
 
 
+def _on_running_loop() -> bool:
+    """True when called from a thread that runs an event loop (which must never wait)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
 def _site_directories() -> list[str]:
     """Where the zygote (started with -I -S) finds installed packages: the running interpreter's."""
     directories = list(site.getsitepackages())
@@ -176,7 +185,7 @@ def launch_zygote(
     return process, _site_directories()
 
 
-def _abandon_zygote(process: subprocess.Popen[bytes], sock: socket.socket, launcher: ZygoteLauncher) -> None:
+def _kill_zygote(process: subprocess.Popen[bytes], sock: socket.socket, launcher: ZygoteLauncher) -> None:
     """Last-resort cleanup without the event loop (finalizer, closed loop): kill now, reap on the launcher."""
     with contextlib.suppress(OSError):
         sock.close()
@@ -328,7 +337,7 @@ class ZygoteBackend:
             launch.add_done_callback(functools.partial(_discard_launch, self._launcher, child_sock))
             raise
         self._process = process
-        self._finalizer = weakref.finalize(self, _abandon_zygote, process, parent_sock, self._launcher)
+        self._finalizer = weakref.finalize(self, _kill_zygote, process, parent_sock, self._launcher)
         self._ready = loop.create_future()
         self._lost = asyncio.Event()
         self._channel = ControlChannel(loop, parent_sock, self._on_message, self._on_zygote_lost)
@@ -371,12 +380,22 @@ class ZygoteBackend:
             self._on_zygote_lost("sandbox closed")
         self._launcher.stop()
 
-    def abandon(self) -> None:
-        """Kill the zygote without the event loop (the loop it ran on is closed); never waits."""
+    def kill(self) -> None:
+        """Kill the zygote without its event loop (closed or not running).
+
+        On a running event loop (another loop's sandbox) it never waits: the launcher thread reaps
+        the zygote. Outside one it waits, at most 5 s, until the zygote is gone.
+        """
         self._closed = True
-        if self._finalizer is not None:
-            self._finalizer()
-            self._finalizer = None
+        process = self._process
+        finalizer, self._finalizer = self._finalizer, None
+        if finalizer is not None:
+            finalizer()  # SIGKILL now; the launcher thread reaps it, then ends
+        else:
+            self._launcher.stop()
+        if process is not None and not _on_running_loop():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(REAP_TIMEOUT_S)
 
     def _discard_process(self) -> None:
         if self._finalizer is not None:
