@@ -450,9 +450,9 @@ class Soak:
             if phase != "fault":
                 continue
             labels = {episode.scenario, *episode.labels}
-            episode = EpisodeMetadata.from_metadata(sample.metadata)
-            infra = str(episode.infra_error or "")
-            if episode.abort_source == "server":
+            metadata = EpisodeMetadata.from_metadata(sample.metadata)
+            infra = str(metadata.infra_error or "")
+            if metadata.abort_source == "server":
                 labels.add("server abort (abort_all)")
             if labels == {episode.scenario}:
                 labels.add("no fault (scenario only)")
