@@ -220,7 +220,7 @@ def codec_cost(tokens: int, repeats: int = 200) -> dict[str, Any]:
     import pickle
     import random
 
-    from strands_slime import executor
+    from strands_slime import executor, executor_worker
     from strands_slime.slime_compat import Sample
 
     rng = random.Random(0)
@@ -236,7 +236,7 @@ def codec_cost(tokens: int, repeats: int = 200) -> dict[str, Any]:
     sample.metadata = {"turns": 8, "turn_seconds": [0.5] * 8, "final_text": "z" * 2000, "tool_calls": 7}
     worker = time.thread_time()
     for _ in range(repeats):
-        payload = pickle.dumps(("done", 0, [executor.pack_result(sample)]), protocol=5)
+        payload = pickle.dumps(("done", 0, [executor_worker.pack_result(sample)]), protocol=5)
     worker = (time.thread_time() - worker) / repeats
     target = Sample(prompt=sample.prompt)
     parent = time.thread_time()

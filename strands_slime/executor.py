@@ -19,7 +19,7 @@ HTTP client and one sandbox each) and writes the result back onto slime's own ``
   change is sent to every worker at once. A thread in the worker reads control messages and sets
   the worker's flag without waiting for the worker's event loop, so the worker's own abort checks
   (before every request, polled while one waits) see it within milliseconds.
-* **Lifetime.** Workers start on the first ``generate`` call, all at once, off the event loop (a
+* **Lifetime.** Workers (:mod:`strands_slime.executor_worker`) start on the first ``generate`` call, all at once, off the event loop (a
   subprocess each, awaited), warm up (tokenizer, chat template, sandbox, server context length) and
   are reused for every later episode. They die with the parent: ``PR_SET_PDEATHSIG`` and the end of
   their stdin both end them. A worker that dies fails its in-flight episodes at once (FAILED,
@@ -36,7 +36,6 @@ import array
 import asyncio
 import atexit
 import contextlib
-import ctypes
 import dataclasses
 import itertools
 import logging
@@ -45,15 +44,13 @@ import pickle
 import signal
 import struct
 import sys
-import threading
 import time
 import weakref
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
-from . import rollout, slime_compat, startup
-from .client import SGLangAbortedError, run_abortable
+from . import slime_compat, startup
+from .client import run_abortable
 from .config import ConfigError, RolloutConfig
 from .episode_metadata import write_keys
 
@@ -225,7 +222,7 @@ class EpisodeExecutor:
         process = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "strands_slime.executor",
+            "strands_slime.executor_worker",
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             env=env,
@@ -441,7 +438,11 @@ class EpisodeExecutor:
     async def run(
         self, args: Any, sample: Any, sampling_params: Any, evaluation: bool, abort_check: Any
     ) -> Any:
-        """Run one episode in a worker and apply its result onto ``sample`` (a reset attempt)."""
+        """Run one episode in a worker and apply its result onto ``sample`` (a reset attempt).
+
+        Returns:
+            ``[sample]``, or the fan-out segments with ``sample`` first.
+        """
         worker = await self._pick(abort_check)
         started = time.thread_time()
         inputs = {name: getattr(sample, name) for name in SAMPLE_INPUT_FIELDS if hasattr(sample, name)}
@@ -492,7 +493,7 @@ class EpisodeExecutor:
             if aborted:
                 mark_aborted_by_slime(target)
         self.stats.parent_codec_seconds += time.thread_time() - started
-        return outputs if rollout._fans_out(self.config, evaluation) else sample
+        return outputs
 
 
 def _copy(sample: Any) -> Any:
@@ -512,45 +513,6 @@ def _unpicklable(fields: dict[str, Any], prefix: str) -> str:
 
 
 # ---------------------------------------------------------------------- sample fields both ways
-
-
-_INT_ARRAYS = ("tokens", "loss_mask", "rollout_top_p_token_ids", "rollout_top_p_token_offsets")
-_FLOAT_ARRAYS = ("rollout_log_probs", "teacher_log_probs")
-
-
-def _as_array(value: Any, typecode: str) -> Any:
-    """A long list of numbers as an ``array``: pickled as one block of bytes, not one object per item
-    (16k tokens: a memcpy instead of 16k ints to build on slime's loop). Anything else stays as is."""
-    if type(value) is not list or len(value) < 64:
-        return value
-    for code in ("i", "q") if typecode == "i" else (typecode,):
-        try:
-            return array.array(code, value)
-        except OverflowError:  # ids past 2**31: the 8-byte form
-            continue
-        except TypeError:  # not all numbers of that kind: ship the list
-            return value
-    return value
-
-
-def pack_result(sample: Any) -> dict[str, Any]:
-    """The fields ``generate`` wrote on ``sample`` (a worker's), in plain picklable form; long number
-    lists travel as arrays (:func:`apply_result` turns them back into lists)."""
-    fields: dict[str, Any] = {}
-    for name in (*rollout.SAMPLE_RESULT_FIELDS, *OPTIONAL_SAMPLE_ATTRIBUTES):
-        if not hasattr(sample, name):
-            continue
-        value = getattr(sample, name)
-        if name in _INT_ARRAYS:
-            value = _as_array(value, "i")
-        elif name in _FLOAT_ARRAYS:
-            value = _as_array(value, "d")
-        elif name == "status":
-            value = value.name if hasattr(value, "name") else str(value).upper()
-        elif dataclasses.is_dataclass(value) and not isinstance(value, type):
-            value = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
-        fields[name] = value
-    return fields
 
 
 def apply_result(sample: Any, fields: dict[str, Any]) -> None:
@@ -630,7 +592,7 @@ _FAST: weakref.WeakKeyDictionary[
 ] = weakref.WeakKeyDictionary()
 
 
-def _running_executor(args: Any, config: RolloutConfig) -> EpisodeExecutor | None:
+def running_executor(args: Any, config: RolloutConfig) -> EpisodeExecutor | None:
     """The executor already running for these very ``args`` and config objects (slime's are the same
     for every episode): no key to build, no task to create per episode. The entry holds both objects,
     so their ids cannot be reused by others while it exists."""
@@ -680,196 +642,3 @@ async def shutdown_executors() -> None:
 def _kill_all() -> None:
     for executor in list(_RUNNING):
         executor.kill()
-
-
-async def generate_in_worker(
-    args: Any, sample: Any, sampling_params: Any, evaluation: bool, config: RolloutConfig
-) -> Any:
-    """``generate`` through the executor: the same result as in-process, written onto ``sample``.
-
-    Raises :class:`ConfigError` as ``generate`` does; a worker that dies mid-episode gives a FAILED,
-    removed sample whose ``metadata.infra_error`` names the worker and how it died."""
-    started = time.perf_counter()
-    if config.gc_tuning:
-        rollout.tune_gc_once()  # slime's process still holds every sample in flight
-    await startup.episode_turn()  # slime starts every episode at once: a few per loop iteration
-    flag = slime_compat.abort_flag(args)
-    rollout.reset_attempt(sample)
-    want_top_p = rollout._wants_top_p(args, sampling_params, evaluation)
-    try:
-        executor = _running_executor(args, config) or await get_executor(args, config, flag.check)
-        result = await executor.run(args, sample, sampling_params, evaluation, flag.check)
-    except SGLangAbortedError:  # slime aborted while the workers started or were replaced
-        outcome = rollout.EpisodeOutcome(status="ABORTED", finish_reason="abort", aborted_by_slime=True)
-        rollout._fill_sample(
-            args,
-            sample,
-            outcome,
-            None,
-            None,
-            None,
-            config,
-            evaluation,
-            None,
-            want_top_p,
-            abort_detection=flag.source,
-        )
-        result = [sample] if rollout._fans_out(config, evaluation) else sample
-    except WorkerDied as exc:
-        logger.warning("episode failed: %s", exc)
-        rollout._fill_dead(args, sample, config, f"WorkerDied: {exc}", evaluation, want_top_p, flag.source)
-        result = [sample] if rollout._fans_out(config, evaluation) else sample
-    seconds = round(time.perf_counter() - started, 6)  # slime's view: shipping included
-    for item in result if isinstance(result, list) else [result]:
-        # the worker watched its own copy of the flag; what detects aborts is slime's side's flag
-        write_keys(item.metadata, generate_seconds=seconds, abort_detection=flag.source)
-    return result
-
-
-# ---------------------------------------------------------------------- the worker process
-
-PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:
-    """SIGKILL this process when its parent dies (Linux); the end of stdin covers the rest."""
-    with contextlib.suppress(Exception):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGKILL), 0, 0, 0)
-
-
-class _WorkerServer:
-    """A worker's event loop: episodes from the parent, results back; a control thread reads the pipe."""
-
-    def __init__(self, fd_in: int, fd_out: int) -> None:
-        self._fd_in = fd_in
-        self._fd_out = fd_out
-        self._events: dict[int, threading.Event] = {}
-        self._tasks: dict[int, asyncio.Task[None]] = {}
-        self._base_args: SimpleNamespace | None = None
-        self._sample_class: Any = None
-
-    async def serve(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._transport, _ = await self._loop.connect_write_pipe(
-            asyncio.Protocol, os.fdopen(self._fd_out, "wb", buffering=0)
-        )
-        self._stopped = self._loop.create_future()
-        threading.Thread(target=self._read_control, name="executor-control", daemon=True).start()
-        await self._stopped
-
-    def _send(self, message: Any) -> None:
-        self._transport.write(_frame(message))
-
-    def _read_control(self) -> None:
-        """Runs in its own thread: an abort sets the flag at once, whatever the event loop is doing."""
-        with os.fdopen(self._fd_in, "rb") as stream:
-            while True:
-                header = stream.read(_HEADER.size)
-                if len(header) < _HEADER.size:
-                    break
-                (size,) = _HEADER.unpack(header)
-                payload = stream.read(size)
-                if len(payload) < size:
-                    break
-                message = pickle.loads(payload)
-                kind = message[0]
-                if kind == "abort":
-                    _, channel, aborted, parent_time = message
-                    event = self._events.setdefault(channel, threading.Event())
-                    event.set() if aborted else event.clear()
-                    seen = ("abort_seen", channel, aborted, parent_time, time.monotonic())
-                    self._loop.call_soon_threadsafe(self._send, seen)
-                elif kind == "run":
-                    event = self._events.setdefault(message[2], threading.Event())
-                    self._loop.call_soon_threadsafe(self._start_episode, message, event)
-                elif kind == "drop":
-                    self._events.pop(message[1], None)
-                elif kind == "cancel":
-                    self._loop.call_soon_threadsafe(self._cancel, message[1])
-                elif kind == "init":
-                    self._loop.call_soon_threadsafe(lambda m=message: asyncio.ensure_future(self._init(m)))
-                elif kind == "stop":
-                    break
-        os._exit(0)  # the parent is gone or asked us to stop; the sandbox zygote dies with us
-
-    async def _init(self, message: Any) -> None:
-        args_fields, config = message[1]
-        slime_compat.detach_from_generate_state()
-        args = SimpleNamespace(**args_fields)
-        args.strands_slime = config
-        args.abort_event = None
-        self._base_args = args
-        try:
-            self._sample_class = slime_compat.sample_class()
-            if config.gc_tuning:
-                rollout.tune_gc_once()
-            await rollout.warm_up(args, config, None)
-        except ConfigError as exc:
-            self._send(("init_error", "config", str(exc)))
-            return
-        except Exception as exc:
-            logger.exception("executor worker start-up failed")
-            self._send(("init_error", "error", f"{type(exc).__name__}: {exc}"))
-            return
-        self._send(("ready", os.getpid()))
-
-    def _start_episode(self, message: Any, event: threading.Event) -> None:
-        _, episode_id, _, inputs, sampling_params, evaluation = message
-        self._tasks[episode_id] = asyncio.ensure_future(
-            self._run_episode(episode_id, inputs, sampling_params, evaluation, event)
-        )
-
-    def _cancel(self, episode_id: int) -> None:
-        task = self._tasks.get(episode_id)
-        if task is not None:
-            task.cancel()
-
-    async def _run_episode(
-        self, episode_id: int, inputs: dict[str, Any], sampling_params: Any, evaluation: bool, event: Any
-    ) -> None:
-        args = SimpleNamespace(**vars(self._base_args))
-        args.abort_event = event
-        optional = {name: inputs.pop(name) for name in OPTIONAL_SAMPLE_ATTRIBUTES if name in inputs}
-        sample = self._sample_class(**inputs)
-        for name, value in optional.items():
-            setattr(sample, name, value)
-        try:
-            result = await rollout._generate(args, sample, sampling_params, evaluation)
-            started = time.thread_time()
-            packed = [pack_result(item) for item in (result if isinstance(result, list) else [result])]
-            payload = pickle.dumps(("done", episode_id, packed), protocol=_PICKLE_PROTOCOL)
-            self._transport.write(_HEADER.pack(len(payload)) + payload)
-            self._send(("codec", time.thread_time() - started))
-            return
-        except asyncio.CancelledError:
-            return
-        except ConfigError as exc:
-            reply = ("config_error", episode_id, str(exc))
-        except Exception as exc:
-            logger.exception("executor worker: episode %d failed", episode_id)
-            reply = ("error", episode_id, f"{type(exc).__name__}: {exc}")
-        finally:
-            self._tasks.pop(episode_id, None)
-        self._send(reply)
-
-
-def worker_main() -> int:
-    """Entry point of a worker process (``python -m strands_slime.executor``, started by the parent)."""
-    fd_in, fd_out = os.dup(0), os.dup(1)
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    os.dup2(2, 1)  # prints go to stderr; fd_out carries only our frames
-    _die_with_parent()
-    if os.getppid() == 1:  # the parent died before the line above
-        return 1
-    logging.basicConfig(
-        level=logging.WARNING,
-        format="%(asctime)s strands_slime executor worker %(process)d %(levelname)s %(name)s: %(message)s",
-    )
-    asyncio.run(_WorkerServer(fd_in, fd_out).serve())
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(worker_main())

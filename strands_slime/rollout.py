@@ -37,6 +37,7 @@ from .client_errors import SGLangAbortedError, SGLangClientError
 from .config import ConfigError, RolloutConfig, get_rollout_config
 from .episode_metadata import EPISODE_METADATA_KEYS, RESTARTS_KEY, EpisodeMetadata, write_keys
 from .errors import EpisodeEnded, GenerationAborted, find_episode_end
+from .executor import WorkerDied, get_executor, running_executor
 from .limits import ToolLimiter
 from .model import SGLangModel
 from .reward import preset_reward
@@ -665,13 +666,57 @@ async def generate(
     try:
         config = get_rollout_config(args)
         if config.executor.workers is not None:
-            from .executor import generate_in_worker
-
-            return await generate_in_worker(args, sample, sampling_params, evaluation, config)
+            return await _generate_in_workers(args, sample, sampling_params, evaluation, config)
         return await _generate(args, sample, sampling_params, evaluation)
     except ConfigError as exc:
         _log_once(f"strands_slime rollout configuration error, stopping: {exc}")
         raise
+
+
+async def _generate_in_workers(
+    args: Any, sample: Any, sampling_params: Any, evaluation: bool, config: RolloutConfig
+) -> Any:
+    """``generate`` through the episode executor (:mod:`strands_slime.executor`): the same result as
+    in-process, written onto ``sample``.
+
+    Raises :class:`ConfigError` as ``generate`` does; a worker that dies mid-episode gives a FAILED,
+    removed sample whose ``metadata.infra_error`` names the worker and how it died."""
+    started = time.perf_counter()
+    if config.gc_tuning:
+        tune_gc_once()  # slime's process still holds every sample in flight
+    await startup.episode_turn()  # slime starts every episode at once: a few per loop iteration
+    flag = slime_compat.abort_flag(args)
+    reset_attempt(sample)
+    want_top_p = _wants_top_p(args, sampling_params, evaluation)
+    try:
+        executor = running_executor(args, config) or await get_executor(args, config, flag.check)
+        segments = await executor.run(args, sample, sampling_params, evaluation, flag.check)
+        result = segments if _fans_out(config, evaluation) else sample
+    except SGLangAbortedError:  # slime aborted while the workers started or were replaced
+        outcome = EpisodeOutcome(status="ABORTED", finish_reason="abort", aborted_by_slime=True)
+        _fill_sample(
+            args,
+            sample,
+            outcome,
+            None,
+            None,
+            None,
+            config,
+            evaluation,
+            None,
+            want_top_p,
+            abort_detection=flag.source,
+        )
+        result = [sample] if _fans_out(config, evaluation) else sample
+    except WorkerDied as exc:
+        logger.warning("episode failed: %s", exc)
+        _fill_dead(args, sample, config, f"WorkerDied: {exc}", evaluation, want_top_p, flag.source)
+        result = [sample] if _fans_out(config, evaluation) else sample
+    seconds = round(time.perf_counter() - started, 6)  # slime's view: shipping included
+    for item in result if isinstance(result, list) else [result]:
+        # the worker watched its own copy of the flag; what detects aborts is slime's side's flag
+        write_keys(item.metadata, generate_seconds=seconds, abort_detection=flag.source)
+    return result
 
 
 async def _generate(args: Any, sample: Any, sampling_params: Mapping[str, Any], evaluation: bool) -> Any:

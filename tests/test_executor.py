@@ -22,7 +22,7 @@ import pytest
 import pytest_asyncio
 from test_rollout import PARAMS, SCRIPT, check_invariants, make_args, new_sample
 
-from strands_slime import executor, generate
+from strands_slime import executor, executor_worker, generate, rollout
 from strands_slime.client import SGLangClient
 from strands_slime.config import ConfigError, get_rollout_config, parse_config
 from strands_slime.devserver import DevServer
@@ -105,10 +105,8 @@ def test_result_fields_are_plain_and_cheap() -> None:
     sample.rollout_log_probs = [-0.5] * 3000
     sample.status = Sample.Status.COMPLETED
     sample.metadata = {"turns": 3}
-    packed = executor.pack_result(sample)
-    assert set(packed) <= set(executor.rollout.SAMPLE_RESULT_FIELDS) | set(
-        executor.OPTIONAL_SAMPLE_ATTRIBUTES
-    )
+    packed = executor_worker.pack_result(sample)
+    assert set(packed) <= set(rollout.SAMPLE_RESULT_FIELDS) | set(executor.OPTIONAL_SAMPLE_ATTRIBUTES)
     assert packed["status"] == "COMPLETED" and packed["spec_info"] == Sample.SpecInfo().__dict__
     size = len(pickle.dumps(packed, protocol=5))
     assert size < 4000 * 5 + 3000 * 11 + 1000, size
@@ -175,7 +173,7 @@ def worker_args(url: str, **overrides: Any) -> Any:
 
 
 def comparable(sample: Sample) -> dict[str, Any]:
-    fields = {name: getattr(sample, name) for name in executor.rollout.SAMPLE_RESULT_FIELDS}
+    fields = {name: getattr(sample, name) for name in rollout.SAMPLE_RESULT_FIELDS}
     fields["metadata"] = {k: v for k, v in sample.metadata.items() if k not in TIMING_KEYS}
     fields["prefix_cache_info"] = sample.prefix_cache_info.total_prompt_tokens
     fields.pop("non_generation_time")
