@@ -155,3 +155,35 @@ async def test_a_middleware_that_restores_the_whole_history_is_followed(
     await whole_history_episode(reference)
     assert trajectory_lists(model) == trajectory_lists(reference)
     assert model.stats.rolled_back_turns == 0
+
+
+async def test_a_recording_span_keeps_the_whole_history(qwen3_tokenizer: Any, client: SGLangClient) -> None:
+    """With OpenTelemetry recording, Strands' model-call span should list every message: the
+    middleware then leaves the call's messages whole."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from strands.middleware import InvokeModelContext
+
+    model = SGLangModel(tokenizer=qwen3_tokenizer, client=client)
+    agent = make_agent(model)
+    await agent.invoke_async(PROMPT)
+    messages = copy.deepcopy(agent.messages[:-1])  # as before the last model call
+
+    def context() -> InvokeModelContext:
+        return InvokeModelContext(
+            agent=agent,
+            messages=messages,
+            system_prompt=None,
+            tool_specs=[],
+            tool_choice=None,
+            invocation_state={},
+            model=model,
+        )
+
+    trimmed = model._send_only_new_messages(context())
+    assert trimmed.messages == messages[-2:]
+    span = TracerProvider().get_tracer("test").start_span("recording")  # not installed globally
+    assert span.is_recording()
+    with trace.use_span(span, end_on_exit=True):
+        whole = model._send_only_new_messages(context())
+    assert whole.messages is messages and model._message_offset == 0
