@@ -54,6 +54,28 @@ class ToolLimiter(HookProvider):
         self.model_call_count = 0
         self.limit_hit: str | None = None
 
+    def counters(self) -> dict[str, int]:
+        """The counts so far (plain JSON), to carry an aborted episode over to its resumed attempt."""
+        return {
+            "tool_iter_count": self.tool_iter_count,
+            "tool_call_count": self.tool_call_count,
+            "model_call_count": self.model_call_count,
+        }
+
+    def restore_counters(self, counters: dict[str, int]) -> None:
+        """Continue from :meth:`counters` of an earlier attempt of the same episode.
+
+        Raises:
+            ValueError: a count is missing or negative."""
+        values = {
+            name: int(counters[name]) for name in ("tool_iter_count", "tool_call_count", "model_call_count")
+        }
+        if min(values.values()) < 0:
+            raise ValueError(f"negative limiter counters: {values}")
+        self.tool_iter_count = values["tool_iter_count"]
+        self.tool_call_count = values["tool_call_count"]
+        self.model_call_count = values["model_call_count"]
+
     def register_hooks(self, registry: HookRegistry, **kwargs: Any) -> None:
         registry.add_callback(MessageAddedEvent, self._on_message_added)
         registry.add_callback(BeforeModelCallEvent, self._on_before_model_call)

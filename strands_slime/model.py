@@ -7,6 +7,7 @@ follow-ups) are templated and tokenized; the model's own output is never re-enco
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import inspect
 import json
@@ -264,6 +265,50 @@ class SGLangModel(Model):
             messages.extend(record.prompt_messages)
             messages.append(record.assistant)
         return messages
+
+    def export_episode_state(self) -> dict[str, Any]:
+        """Everything but the token ids and logprobs an aborted episode needs to go on (plain JSON):
+        counters, tool-call bookkeeping and where each output sits in the agent's history. The
+        trajectory's structure comes from ``trajectory.layout()``; see :mod:`strands_slime.resume`."""
+        return {
+            "stats": dataclasses.asdict(self.stats),
+            "outputs": [
+                [r.position, [list(r.signature[0]), *r.signature[1:]], r.prompt_messages, r.assistant]
+                for r in self._outputs
+            ],
+            "call_order": dict(self._call_order),
+            "native_call_ids": dict(self._native_call_ids),
+            "tool_errors": dict(self._tool_errors),
+            "id_prefix": self._id_prefix,
+            "initial_position": self._initial_position,
+            "tools_fingerprint": [list(self._tools_fingerprint[0]), self._tools_fingerprint[1]]
+            if self._tools_fingerprint is not None
+            else None,
+            "last_output_text": self.last_output_text,
+        }
+
+    def restore_episode_state(self, state: Mapping[str, Any], trajectory: TokenTrajectory) -> None:
+        """Go on with an episode from :meth:`export_episode_state` and its rebuilt ``trajectory``: the
+        next call sends ``trajectory.token_ids`` plus only the newly templated messages.
+
+        Raises:
+            KeyError, TypeError, ValueError: ``state`` is malformed."""
+        self.reset()
+        self.trajectory = trajectory
+        self.stats = ModelStats(**state["stats"])
+        self._outputs = [
+            _OutputRecord(int(position), (tuple(ids), text, reasoning), list(prompt), dict(assistant))
+            for position, (ids, text, reasoning), prompt, assistant in state["outputs"]
+        ]
+        self._call_order = {str(k): int(v) for k, v in state["call_order"].items()}
+        self._native_call_ids = {str(k): str(v) for k, v in state["native_call_ids"].items()}
+        self._tool_errors = {str(k): str(v) for k, v in state["tool_errors"].items()}
+        self._id_prefix = str(state["id_prefix"])
+        self._initial_position = int(state["initial_position"])
+        fingerprint = state["tools_fingerprint"]
+        self._tools_fingerprint = (tuple(fingerprint[0]), fingerprint[1]) if fingerprint else None
+        self.last_output_text = state["last_output_text"]
+        self.first_prompt_ids = trajectory.token_ids[: trajectory.initial_prompt_length]
 
     def update_config(self, **model_config: Any) -> None:
         """Change any key ``get_config`` shows (``params`` is the seed alias of ``sampling_params``,
