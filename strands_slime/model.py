@@ -266,14 +266,21 @@ class SGLangModel(Model):
             messages.append(record.assistant)
         return messages
 
-    def export_episode_state(self) -> dict[str, Any]:
+    def export_episode_state(self, with_transcript: bool = False) -> dict[str, Any]:
         """Everything but the token ids and logprobs an aborted episode needs to go on (plain JSON):
-        counters, tool-call bookkeeping and where each output sits in the agent's history. The
-        trajectory's structure comes from ``trajectory.layout()``; see :mod:`strands_slime.resume`."""
+        counters, tool-call bookkeeping and where each output sits in the agent's history (with each
+        turn's chat-template view only when ``with_transcript``: :meth:`transcript` needs it, nothing
+        else does). The trajectory's structure comes from ``trajectory.layout()``; see
+        :mod:`strands_slime.resume`."""
         return {
             "stats": dataclasses.asdict(self.stats),
             "outputs": [
-                [r.position, [list(r.signature[0]), *r.signature[1:]], r.prompt_messages, r.assistant]
+                [
+                    r.position,
+                    [list(r.signature[0]), *r.signature[1:]],
+                    r.prompt_messages if with_transcript else [],
+                    r.assistant if with_transcript else {},
+                ]
                 for r in self._outputs
             ],
             "call_order": dict(self._call_order),

@@ -173,19 +173,21 @@ def snapshot(
     recorder: ToolResultRecorder,
     finished: tuple[str, str] | None,
     masked_null_logprobs: int,
+    keep_transcript: bool = False,
 ) -> dict[str, Any] | None:
     """The state that lets an aborted episode go on (plain JSON), or None when there is nothing to
     keep (no model output yet) or the sample does not hold the trajectory.
 
     ``finished`` is ``(status, finish_reason)`` when the episode itself had ended before the abort was
-    seen: the resumed attempt then only reports it, without a model call."""
+    seen: the resumed attempt then only reports it, without a model call. ``keep_transcript`` keeps
+    each turn's chat-template view too (the ``keep_transcript`` setting's ``metadata.transcript``)."""
     trajectory: TokenTrajectory = model.trajectory
     if not trajectory.num_outputs or model.closed_trajectories:
         return None
     if list(sample.tokens) != trajectory.token_ids:
         logger.warning("partial rollout: the sample does not hold the episode's trajectory; not saved")
         return None
-    model_state = model.export_episode_state()
+    model_state = model.export_episode_state(with_transcript=keep_transcript)
     counters = limiter.counters()
     # calls that returned output; the one the abort cut short is made again on resume
     counters["model_call_count"] = min(

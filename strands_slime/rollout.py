@@ -825,7 +825,7 @@ async def _generate(args: Any, sample: Any, sampling_params: Mapping[str, Any], 
             _fill_dead(args, current, config, f"{type(exc).__name__}: {exc}", evaluation, want_top_p)
         current.metadata["generate_seconds"] = round(time.perf_counter() - started, 6)
     if parts is not None and model is not None and limiter is not None and outcome.status == "ABORTED":
-        _save_for_resume(sample, model, limiter, tool_stats, parts, finished)
+        _save_for_resume(sample, model, limiter, tool_stats, parts, finished, config.keep_transcript)
     if not _fans_out(config, evaluation):
         return sample
     rollout_id = sample.index if isinstance(sample.index, int) else random.getrandbits(62)
@@ -843,6 +843,7 @@ def _save_for_resume(
     tool_stats: Any,
     parts: ResumeParts,
     finished: tuple[str, str] | None,
+    keep_transcript: bool,
 ) -> None:
     """Keep an aborted episode's state in the sample, so slime's recycled sample resumes it."""
     if slime_compat.status_name(sample) != "aborted":  # the fill failed: nothing consistent to keep
@@ -856,6 +857,7 @@ def _save_for_resume(
         parts.recorder,
         finished,
         int(sample.metadata.get("masked_null_logprobs", 0)),
+        keep_transcript=keep_transcript,
     )
     if state is not None:
         sample.metadata[resume.STATE_KEY] = state

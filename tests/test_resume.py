@@ -433,3 +433,21 @@ async def test_aborted_again_before_the_resumed_episode_starts_keeps_the_state(s
     resumed = await generate(args, again, dict(PARAMS))
     assert_same_trajectory(resumed, expected)
     assert resumed.metadata["resumes"] == 1, "the attempt that never started resumed nothing"
+
+
+async def test_the_saved_state_is_small_and_the_transcript_survives(server: DevServer) -> None:
+    transcript = {"keep_transcript": True, "sandbox": {"timeout_s": 5.0}}
+    expected = await generate(
+        make_args(server.url, strands_slime=transcript), new_sample("seventeen"), dict(PARAMS)
+    )
+    args, aborter, sample = await aborted_after_the_tool(server)
+    plain = json.dumps(sample.metadata[STATE_KEY])
+    assert len(plain) < 4096, "no token ids, logprobs or per-turn templates in the state"
+    args, aborter, sample = await aborted_after_the_tool(server, strands_slime=transcript)
+    aborter.clear()
+    resumed = await generate(args, sample, dict(PARAMS))
+
+    def without_ids(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:  # tool-call ids are random
+        return [{k: v for k, v in m.items() if k != "tool_call_id"} for m in messages]
+
+    assert without_ids(resumed.metadata["transcript"]) == without_ids(expected.metadata["transcript"])

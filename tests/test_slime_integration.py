@@ -435,13 +435,19 @@ async def test_over_sampling_abort_and_partial_rollout(make_args: Args, engine: 
 
 
 @pytest.mark.slow
-async def test_partial_rollout_resumes_an_aborted_agent_group(make_args: Args, engine: DevServer) -> None:
+@pytest.mark.parametrize("replay", [False, True], ids=["plain", "r3-and-top-p"])
+async def test_partial_rollout_resumes_an_aborted_agent_group(
+    make_args: Args, engine: DevServer, replay: bool
+) -> None:
     """slime's over-sampling abort lands while the SLOWTOOL episodes run their tool; their recycled
-    group resumes after the first turn instead of starting over, across a weight update."""
+    group resumes after the first turn instead of starting over, across a weight update. With R3 and
+    top-p replay the resumed calls extend the kept arrays."""
     from slime.utils.types import Sample as SlimeSample
 
     from strands_slime.resume import STATE_KEY
 
+    replay_flags = ["--use-rollout-routing-replay", "--num-layers", "2", "--moe-router-topk", "2"]
+    replay_flags += ["--rollout-top-p", "0.95"]
     args = make_args(
         [("PLAINQ", "5"), ("SLOWTOOL: 17 times 2?", "34")],
         "--rollout-batch-size",
@@ -452,6 +458,7 @@ async def test_partial_rollout_resumes_an_aborted_agent_group(make_args: Args, e
         "2",
         "--partial-rollout",
         "--mask-offpolicy-in-partial-rollout",
+        *(replay_flags if replay else []),
         custom=WITH_TOOLS,
     )
     source = data_source(args)
@@ -467,10 +474,10 @@ async def test_partial_rollout_resumes_an_aborted_agent_group(make_args: Args, e
         assert state["messages"][-1]["role"] == "assistant", "the cut tool call runs again on resume"
         assert sample.weight_versions == ["default"]
         kept[sample.index] = sample.response_length
-    # what a data buffer that serializes its samples would do to them
-    aborted = [
-        [SlimeSample.from_dict(json.loads(json.dumps(s.to_dict()))) for s in group] for group in aborted
-    ]
+    if not replay:  # what a data buffer that serializes its samples would do to them (no tensors)
+        aborted = [
+            [SlimeSample.from_dict(json.loads(json.dumps(s.to_dict()))) for s in group] for group in aborted
+        ]
     source.add_samples(aborted)
     async with __import__("aiohttp").ClientSession() as session:  # a weight update in between
         await session.post(
@@ -492,7 +499,11 @@ async def test_partial_rollout_resumes_an_aborted_agent_group(make_args: Args, e
         assert set(sample.loss_mask[: kept[sample.index]]) == {0}
         assert 1 in sample.loss_mask[kept[sample.index] :]
         assert "<tool_response>\n34\n</tool_response>" in sample.response
-    data = slime_harness.train_data(args, resumed)
+        if replay:
+            full = routed_expert_ids(sample.tokens, 0, MoEShape(2, 2, 8))
+            assert sample.rollout_routed_experts.flatten().tolist() == full, "rows stitched across the resume"
+            assert len(sample.rollout_top_p_token_offsets) == sample.response_length + 1
+    data = slime_harness.train_data(args, resumed)  # validates top-p offsets and R3 shapes too
     assert data["response_lengths"] == [len(mask) for mask in data["loss_masks"]]
 
 
