@@ -164,6 +164,17 @@ def _resumable_messages(messages: list[Any], recorder: ToolResultRecorder) -> li
     return kept
 
 
+def _has_next_step(messages: list[Any]) -> bool:
+    """Whether the history ends where the agent goes on by itself: a user message (the model is
+    next) or an assistant message asking for tools (a tool round is next)."""
+    if not messages:
+        return False
+    last = messages[-1]
+    if last.get("role") == "user":
+        return True
+    return any("toolUse" in block for block in last.get("content") or [])
+
+
 def snapshot(
     sample: Any,
     model: Any,
@@ -187,6 +198,9 @@ def snapshot(
     if list(sample.tokens) != trajectory.token_ids:
         logger.warning("partial rollout: the sample does not hold the episode's trajectory; not saved")
         return None
+    kept_messages = _resumable_messages(messages, recorder)
+    if not finished and not _has_next_step(kept_messages):
+        return None  # the episode ended some other way (an error) before the abort: start it over
     model_state = model.export_episode_state(with_transcript=keep_transcript)
     counters = limiter.counters()
     # calls that returned output; the one the abort cut short is made again on resume
@@ -199,7 +213,7 @@ def snapshot(
         "token_count": len(trajectory),
         "response_length": trajectory.response_length,
         "trajectory": trajectory.layout(),
-        "messages": _resumable_messages(messages, recorder),
+        "messages": kept_messages,
         "model": model_state,
         "limiter": counters,
         "tool_stats": _tool_stats_dict(tool_stats),
