@@ -446,7 +446,7 @@ async def _run_episode(
     if recorder is not None:
         parts = ResumeParts(agent, recorder)
         if saved is not None:
-            parts.resumed_segments = len(model.trajectory.segment_info)
+            parts.resumed_segments = len(saved["trajectory"]["segments"])
             parts.masked_null_logprobs = int(saved.get("masked_null_logprobs", 0))
     outcome = EpisodeOutcome()
     finished = saved.get("finished") if saved is not None else None
@@ -465,6 +465,8 @@ async def _run_episode(
             # update, an operator's /abort_request): fully-async rollouts requeue such samples.
             outcome.status, outcome.finish_reason = "ABORTED", "abort"
             outcome.aborted_by_slime = abort_check()
+            if recorder is not None and _can_keep_cut_call(args, sampling_params, evaluation, ended):
+                model.adopt_cut_call(ended.trajectory)  # resumed from there, as slime's generate does
         elif isinstance(ended, EpisodeEnded):
             outcome.status, outcome.finish_reason = "TRUNCATED", ended.reason
         else:
@@ -478,9 +480,30 @@ async def _run_episode(
             await _render_first_prompt(model, agent, user_text)
     else:
         outcome.finish_reason = model.stats.last_finish_reason or "stop"
+    model.settle_cut_call()
     if tool_stats is not None and getattr(tool_stats, "infra_failures", 0) and outcome.infra_error is None:
         outcome.infra_error = f"sandbox failed {tool_stats.infra_failures} time(s)"
     return outcome, model, limiter, tool_stats, parts
+
+
+def _can_keep_cut_call(
+    args: Any, sampling_params: Mapping[str, Any], evaluation: bool, ended: GenerationAborted
+) -> bool:
+    """Whether the output of the call the server aborted can stay in the sample: it has some, and
+    what slime replays from it (top-p spans, routed experts) came with it."""
+    partial = ended.trajectory
+    if partial is None or not partial.ends_with_output:
+        return False
+    meta = partial.segment_info[-1].meta_info or {}
+    try:
+        _check_replay_meta(
+            meta,
+            _wants_top_p(args, sampling_params, evaluation),
+            bool(getattr(args, "use_rollout_routing_replay", False)),
+        )
+    except ConfigError:
+        return False
+    return True
 
 
 async def _render_first_prompt(model: SGLangModel, agent: Agent, user_text: str) -> None:

@@ -164,6 +164,10 @@ class TokenTrajectory:
         del self._turns[keep:]
         return removed
 
+    def turn_start(self, turn: int) -> _Checkpoint:
+        """Where turn ``turn`` (0-based) starts: ``token_count`` and ``segment_count`` before it."""
+        return self._turns[turn]
+
     @property
     def turn_count(self) -> int:
         return len(self._turns)

@@ -47,7 +47,7 @@ SCRIPT = [
         "replies": [
             think("First.", tool_call("print(17)")),
             think("Second.", tool_call("print(2)")),
-            "It is 34.\n\nAnswer: \\boxed{34}",
+            "It is 34. " + "Checking the product once more. " * 25 + "\n\nAnswer: \\boxed{34}",
         ],
     },
 ]
@@ -150,14 +150,16 @@ async def reference(server: DevServer, question: str) -> tuple[Sample, int]:
     return sample, len(server.request_log) - before
 
 
-def assert_same_trajectory(resumed: Sample, expected: Sample) -> None:
+def assert_same_trajectory(resumed: Sample, expected: Sample, continued_calls: int = 0) -> None:
+    """The same tokens, mask, logprobs, turns and outcome; ``continued_calls`` model calls were cut
+    by the abort and went on in a second request (one more weight version each)."""
     check_invariants(resumed)
     assert resumed.tokens == expected.tokens
     assert resumed.loss_mask == expected.loss_mask
     assert resumed.rollout_log_probs == expected.rollout_log_probs
     assert resumed.response == expected.response and resumed.response_length == expected.response_length
     assert resumed.status == expected.status
-    assert len(resumed.weight_versions) == model_turns(resumed) == model_turns(expected)
+    assert len(resumed.weight_versions) - continued_calls == model_turns(resumed) == model_turns(expected)
     for key in (
         "tool_iterations",
         "tool_calls",
@@ -274,18 +276,60 @@ async def test_abort_mid_generation_resends_only_the_cut_call() -> None:
         async with SGLangClient(slow.url) as client:
             await client.abort(abort_all=True)
         sample = await asyncio.wait_for(task, 10)
-        assert sample.status.name == "ABORTED" and model_turns(sample) == 2
-        assert counter.finished == 2
+        assert sample.status.name == "ABORTED" and counter.finished == 2
+        # the client stops waiting on slime's flag within ~50 ms; whether the server's abort reply with
+        # the partial output came first decides if the cut call is kept (and continued) or sent again
+        cut_kept = len(sample.weight_versions) - 2
+        assert cut_kept in (0, 1) and model_turns(sample) == 2 + cut_kept
         aborted_tokens = list(sample.tokens)
         aborted_flag.clear()
         assert slow.scheduler is not None
         slow.scheduler.token_latency = 0.0
         resumed = await generate(args, sample, dict(PARAMS))
-        assert_same_trajectory(resumed, expected)
+        assert_same_trajectory(resumed, expected, continued_calls=cut_kept)
         assert counter.started == counter.finished == 2, "no tool ran twice"
         assert len(slow.request_log) == requests + 1, "only the cut call was sent again"
         resent = slow.request_log[-1]["json"]["input_ids"]
         assert resent[: len(aborted_tokens)] == aborted_tokens, "the resumed call extends the saved ids"
+
+
+@pytest.mark.slow
+async def test_server_abort_mid_generation_goes_on_from_the_partial_output() -> None:
+    """A weight update or an operator aborts the request on the server (slime's flag stays down): the
+    partial output stays in the sample, as slime's own generate keeps it, and the resumed call
+    continues from it."""
+    async with DevServer(backend="scripted", script=SCRIPT) as fast:
+        expected, requests = await reference(fast, "twice")
+    async with DevServer(backend="scripted", script=SCRIPT, token_latency=0.005) as slow:
+        args = make_args(slow.url, mask_offpolicy_in_partial_rollout=True)
+        task = asyncio.create_task(generate(args, new_sample("twice"), dict(PARAMS)))
+        assert slow.scheduler is not None
+        deadline = time.monotonic() + 30
+        while len(slow.request_log) < 3 or slow.scheduler.num_running == 0:
+            assert time.monotonic() < deadline and not task.done()
+            await asyncio.sleep(0.01)
+        generated = slow.scheduler.total_generated_tokens
+        while slow.scheduler.total_generated_tokens < generated + 5:  # a few tokens of the third reply
+            assert time.monotonic() < deadline and not task.done()
+            await asyncio.sleep(0.01)
+        async with SGLangClient(slow.url) as client:
+            await client.abort(abort_all=True)
+        sample = await asyncio.wait_for(task, 10)
+        assert sample.status.name == "ABORTED" and sample.metadata["abort_source"] == "server"
+        assert len(sample.weight_versions) == 3, "the cut call's partial output is kept"
+        kept = list(sample.tokens)
+        assert len(kept) > len(expected.tokens) - expected.response_length
+        slow.scheduler.token_latency = 0.0
+        resumed = await generate(args, sample, dict(PARAMS))
+        assert slow.request_log[-1]["json"]["input_ids"] == kept, "the call goes on from the partial output"
+        assert len(slow.request_log) == requests + 1
+        check_invariants(resumed)
+        assert resumed.tokens == expected.tokens and resumed.rollout_log_probs == expected.rollout_log_probs
+        prefix = len(kept) - (len(resumed.tokens) - resumed.response_length)
+        assert resumed.loss_mask == [0] * prefix + expected.loss_mask[prefix:]  # type: ignore[index]
+        assert resumed.status.name == "COMPLETED" and len(resumed.weight_versions) == 4
+        assert resumed.metadata["final_text"] == expected.metadata["final_text"]
+        assert resumed.metadata["tool_calls"] == 2
 
 
 async def test_abort_after_the_last_turn_only_reports_the_outcome(server: DevServer) -> None:
