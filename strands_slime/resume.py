@@ -13,8 +13,9 @@ that finished. No tokenizer, client or tensor goes in there, so the sample stays
 The resumed attempt rebuilds the trajectory from ``sample.tokens`` and the layout, so its next request
 sends exactly the saved ids plus the newly templated messages (no re-templating of earlier turns),
 and it appends only the new model calls to the sample. Tool calls that finished are answered from the
-saved results instead of running again; a call the abort cut short runs again. A model call the abort
-cut short is sent again from its saved prompt (its partial output is dropped).
+saved results instead of running again; a call the abort cut short runs again. A model call the server
+aborted keeps its partial output in the sample (as slime's own generate does) and goes on from it; one
+whose reply never came is sent again from its saved prompt.
 """
 
 from __future__ import annotations
