@@ -33,12 +33,13 @@ SCRIPT = [
         "replies": [f"Let me compute.\n{tool_call('print(17 * 2)')}", "Answer: \\boxed{34}"],
     },
     {"match": "PLAINQ", "replies": ["Simple.\n\nAnswer: \\boxed{5}"]},
+    {"match": "MEDIUMQ", "replies": ["Counting. " + "one more step, " * 60 + "\n\nAnswer: \\boxed{5}"]},
     {"match": "WRONGQ", "replies": ["Hmm.\n\nAnswer: \\boxed{7}"]},
     {"match": "LONGQ", "replies": ["word " * 600]},
     {
         "match": "SLOWTOOL",
         "replies": [
-            f"Let me compute.\n{tool_call('import time; time.sleep(1.5); print(17 * 2)')}",
+            f"Let me compute.\n{tool_call('import time; time.sleep(3); print(17 * 2)')}",
             "Answer: \\boxed{34}",
         ],
     },
@@ -399,6 +400,8 @@ def tag_sample(args: Any, sample: Any, evaluation: bool = False) -> Any:
 
 @pytest.mark.slow
 async def test_over_sampling_abort_and_partial_rollout(make_args: Args, engine: DevServer) -> None:
+    from strands_slime.resume import STATE_KEY
+
     args = make_args(
         [("PLAINQ", "5"), ("LONGQ one", "1"), ("LONGQ two", "1")],
         "--rollout-batch-size",
@@ -421,7 +424,11 @@ async def test_over_sampling_abort_and_partial_rollout(make_args: Args, engine: 
     assert len(recycled) == 4 and all(s.status.name == "ABORTED" for s in recycled)
     assert all(s.metadata["abort_source"] == "slime" and s.reward is None for s in recycled)
     assert all(s.metadata["start_rollout_id"] == 0 for s in recycled if s.response)
-    # slime puts them back in the buffer; the next rollout starts them over and finishes them
+    # slime puts them back in the buffer; the next rollout finishes them: a sample whose cut call kept
+    # its partial output (the server's abort reply came before the client stopped waiting on slime's
+    # flag) goes on from it, the others start over
+    resumable = {s.index for s in recycled if STATE_KEY in s.metadata}
+    assert all(s.response_length > 1 for s in recycled if s.index in resumable)
     source.add_samples(aborted)
     engine.scheduler.token_latency = 0.0
     args.rollout_batch_size = args.over_sampling_batch_size = 2
@@ -430,8 +437,9 @@ async def test_over_sampling_abort_and_partial_rollout(make_args: Args, engine: 
     assert sorted(s.label for s in again) == ["1"] * 4
     for sample in again:
         check_sample(sample)
-        assert sample.metadata["restarts"] == 1 and sample.status.name == "TRUNCATED"
-        assert "abort_source" not in sample.metadata
+        key = "resumes" if sample.index in resumable else "restarts"
+        assert sample.metadata[key] == 1 and sample.status.name == "TRUNCATED"
+        assert "abort_source" not in sample.metadata and STATE_KEY not in sample.metadata
 
 
 @pytest.mark.slow
@@ -449,7 +457,7 @@ async def test_partial_rollout_resumes_an_aborted_agent_group(
     replay_flags = ["--use-rollout-routing-replay", "--num-layers", "2", "--moe-router-topk", "2"]
     replay_flags += ["--rollout-top-p", "0.95"]
     args = make_args(
-        [("PLAINQ", "5"), ("SLOWTOOL: 17 times 2?", "34")],
+        [("MEDIUMQ", "5"), ("SLOWTOOL: 17 times 2?", "34")],
         "--rollout-batch-size",
         "1",
         "--over-sampling-batch-size",
@@ -462,10 +470,15 @@ async def test_partial_rollout_resumes_an_aborted_agent_group(
         custom=WITH_TOOLS,
     )
     source = data_source(args)
+    assert engine.scheduler is not None
+    # MEDIUMQ's group finishes (and slime aborts the rest) while SLOWTOOL's first turn is done and its
+    # 3 s tool call runs: ~180 tokens at 5 ms against ~30
+    engine.scheduler.token_latency = 0.005
     groups, aborted, _ = await rollout(args, source)
+    engine.scheduler.token_latency = 0.0
     assert [s.label for s in flatten(groups)] == ["5", "5"]
     recycled = flatten(aborted)
-    assert len(recycled) == 2 and len(engine.request_log) == 4, "PLAINQ x2, SLOWTOOL's first turn x2"
+    assert len(recycled) == 2 and len(engine.request_log) == 4, "MEDIUMQ x2, SLOWTOOL's first turn x2"
     kept = {}
     for sample in recycled:
         check_sample(sample)
