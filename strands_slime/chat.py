@@ -11,7 +11,9 @@ when the model's own output already ends with it, so the model's tokens are neve
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
+import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -27,6 +29,8 @@ render whose other content is ours, so a message containing this text changes no
 OFFLOAD_CHARS = 2048
 """Texts longer than this are tokenized in the tokenizer's worker thread (≈1.6 µs/token here)."""
 
+_TRAILING_THINK = re.compile(rf"{re.escape(THINK_OPEN)}\s*(?:{re.escape(THINK_CLOSE)})?\s*\Z")
+"""An empty or open thinking block at the end of a generation prompt (``enable_thinking`` on or off)."""
 _ASSISTANT_HEADER_MARKERS = (
     "<|im_start|>assistant",
     "<|assistant|>",
@@ -298,6 +302,29 @@ class ChatTemplater:
                 for i, message in enumerate(new_messages[:results])
             ]
         return [{"role": "user", "content": "anchor"}, assistant]
+
+    @functools.cached_property
+    def assistant_header(self) -> str:
+        """The text the template's generation prompt opens an assistant turn with (before any
+        thinking block), e.g. ``<|im_start|>assistant`` for Qwen3; empty if it cannot be rendered."""
+        messages = [{"role": "user", "content": "x"}]
+        try:
+            closed = self.render(messages, add_generation_prompt=False)
+            opened = self.render(messages, add_generation_prompt=True)
+        except Exception:  # a template that needs more than one user message: no check possible
+            return ""
+        if not opened.startswith(closed):
+            return ""
+        return opened[len(closed) :].split(THINK_OPEN, 1)[0].strip()
+
+    def ends_with_generation_prompt(self, text: str) -> bool:
+        """True when ``text`` ends like a prompt this template rendered for generation: its assistant
+        header, optionally followed by a thinking block the template opened or left empty. A plain
+        prompt that merely ends with the word "assistant" does not."""
+        header = self.assistant_header
+        if not header:
+            return False
+        return _TRAILING_THINK.sub("", text).rstrip().endswith(header)
 
     @staticmethod
     def prompt_opens_reasoning(prompt_text: str) -> bool:

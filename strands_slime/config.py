@@ -19,6 +19,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from .limits import DEFAULT_MAX_MODEL_CALLS, MAX_MODEL_CALLS_LIMIT
 from .reward import RewardConfig
 from .sandbox import SandboxConfig
 
@@ -97,7 +98,12 @@ class RolloutConfig(BaseModel):
     )
     max_tool_iters: int | None = Field(5, ge=0, description="Tool rounds per episode (slime example: 5).")
     max_tool_calls: int | None = Field(None, ge=0, description="Tool calls per episode in all.")
-    max_model_calls: int = Field(64, ge=1, le=256, description="Hard cap on model calls per episode.")
+    max_model_calls: int = Field(
+        DEFAULT_MAX_MODEL_CALLS,
+        ge=1,
+        le=MAX_MODEL_CALLS_LIMIT,
+        description="Hard cap on model calls per episode (Strands' recursion fails at a few hundred).",
+    )
     tool_parser: str | None = Field(
         None,
         description="Tool-call format (hermes, qwen3_coder, glm47, kimi_k2, ...); None: the chat family's.",

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from strands_slime.episode_metadata import EpisodeMetadata, write_keys
 from strands_slime.math_answer import AnswerCheck, check_answer_async, get_math_verifier
 
 __all__ = [
@@ -125,7 +126,9 @@ def scoring_text(sample: Any) -> str:
     kept; a message whose ``<think>`` is never closed has no answer (empty string).
     """
     metadata = getattr(sample, "metadata", None)
-    text = _as_text(metadata.get("final_text")) if isinstance(metadata, dict) else None
+    text = (
+        _as_text(EpisodeMetadata.from_metadata(metadata).final_text) if isinstance(metadata, dict) else None
+    )
     if text is None:
         response = _as_text(getattr(sample, "response", None)) or ""
         marker = response.rfind(_ASSISTANT_TURN)
@@ -149,7 +152,7 @@ _MAX_COUNT = 100_000
 
 
 def _tool_count(sample: Any, metadata: dict[str, Any], counter: str) -> int | None:
-    value = metadata.get(counter)
+    value = getattr(EpisodeMetadata.from_metadata(metadata), counter) if counter in metadata else None
     if value is None and counter == "tool_iterations":
         value = getattr(sample, "tool_iters", None)  # slime's strands example sets this attribute
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -181,7 +184,7 @@ def _is_evaluation(metadata: object) -> bool:
     """``metadata["evaluation"]`` is True (set by our generate, or an eval config's metadata_overrides)."""
     if not isinstance(metadata, dict):
         return False
-    value = metadata.get("evaluation")
+    value = EpisodeMetadata.from_metadata(metadata).evaluation
     try:
         return value is True or (not isinstance(value, str) and bool(value == 1))
     except Exception:  # exotic objects (arrays) whose comparison raises
@@ -315,7 +318,11 @@ def _is_removed_infra_failure(sample: Any) -> bool:
     try:
         metadata = getattr(sample, "metadata", None)
         removed = getattr(sample, "remove_sample", False) is True
-        return removed and isinstance(metadata, dict) and bool(metadata.get("infra_error"))
+        return (
+            removed
+            and isinstance(metadata, dict)
+            and bool(EpisodeMetadata.from_metadata(metadata).infra_error)
+        )
     except Exception:
         return False
 
@@ -330,8 +337,7 @@ def _record(sample: Any, details: dict[str, Any]) -> None:
         except (AttributeError, TypeError):
             return
     if isinstance(metadata, dict):
-        metadata["raw_reward"] = details["raw_score"]
-        metadata["reward_details"] = dict(details)
+        write_keys(metadata, raw_reward=details["raw_score"], reward_details=dict(details))
 
 
 async def _reward_one(args: Any, sample: Any, config: RewardConfig) -> float | dict[str, Any]:

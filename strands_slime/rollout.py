@@ -35,6 +35,13 @@ from .chat import get_templater
 from .chat_families import UnsupportedChatTemplate
 from .client import SGLangAbortedError, SGLangClient, SGLangClientError
 from .config import ConfigError, RolloutConfig, get_rollout_config
+from .episode_metadata import (
+    EPISODE_METADATA_KEYS,
+    RESTARTS_KEY,
+    RESUMES_KEY,
+    EpisodeMetadata,
+    write_keys,
+)
 from .errors import EpisodeEnded, GenerationAborted, find_episode_end
 from .limits import ToolLimiter
 from .model import SGLangModel
@@ -90,10 +97,12 @@ def tune_gc_once() -> None:
     gc.set_threshold(*(max(a, b) for a, b in zip(current, GC_THRESHOLDS, strict=True)))
 
 
-def _log_once(message: str) -> None:
-    if message not in _LOGGED_ERRORS:
-        _LOGGED_ERRORS.add(message)
-        logger.error(message)
+def _log_once(message: str, *, level: int = logging.ERROR, key: str | None = None) -> None:
+    """Log ``message`` the first time its ``key`` (default: the message) occurs in this process."""
+    key = message if key is None else key
+    if key not in _LOGGED_ERRORS:
+        _LOGGED_ERRORS.add(key)
+        logger.log(level, message)
 
 
 def get_client(args: Any, config: RolloutConfig) -> SGLangClient:
@@ -162,14 +171,21 @@ def _read_text_cached(path: str) -> str:
     return _TEXT_CACHE[path]
 
 
+def _refuse_templated_prompt(prompt: Any, templater: Any) -> None:
+    """A string prompt that ends with the chat template's own generation prompt was templated already
+    (slime's ``--apply-chat-template``); templating it again would train on a doubled template, in
+    every sample, so the job stops. A plain prompt that ends with the word "assistant" is fine."""
+    if isinstance(prompt, str) and templater.ends_with_generation_prompt(prompt):
+        raise ConfigError(
+            "sample.prompt is already chat-templated (it ends with the template's generation prompt "
+            f"{templater.assistant_header!r}; slime's --apply-chat-template?); agent rollouts template the "
+            "prompt themselves: drop that flag"
+        )
+
+
 def _prompt_parts(prompt: Any) -> tuple[str | None, list[dict[str, Any]], str]:
     """``(system override, history, last user text)`` from a string or a chat-message list."""
     if isinstance(prompt, str):
-        if "<|im_start|>" in prompt or prompt.rstrip().endswith("assistant"):
-            raise ConfigError(
-                "sample.prompt is already chat-templated (slime's --apply-chat-template?); agent rollouts "
-                "template the prompt themselves: drop that flag"
-            )
         return None, [], prompt
     if not isinstance(prompt, list) or not prompt:
         raise ConfigError(
@@ -196,40 +212,6 @@ def _prompt_parts(prompt: Any) -> tuple[str | None, list[dict[str, Any]], str]:
     return system, history, last["content"][0]["text"]
 
 
-EPISODE_METADATA_KEYS = frozenset(
-    {
-        # written by generate (see _episode_metadata)
-        "evaluation",
-        "tool_iterations",
-        "tool_calls",
-        "parse_errors",
-        "tool_errors",
-        "tool_timeouts",
-        "sandbox_seconds",
-        "finish_reason",
-        "turns",
-        "final_text",
-        "infra_error",
-        "abort_source",
-        "prompt_tokens",
-        "cached_tokens",
-        "completion_tokens",
-        "retried_turns",
-        "masked_null_logprobs",
-        "truncation",
-        "turn_seconds",
-        "transcript",
-        "generate_seconds",
-        "fanout_segment",
-        "fanout_segments",
-        # written by reward_func and by generate's preset reward
-        "raw_reward",
-        "reward_details",
-    }
-)
-"""Every ``sample.metadata`` key one attempt (generate, then the reward) writes; a sample slime sends
-back (ABORTED, FAILED, any status) loses them all before the next attempt."""
-
 _ATTEMPT_FIELDS: dict[str, Any] = {
     "response": "",
     "response_length": 0,
@@ -251,11 +233,10 @@ def reset_attempt(sample: Any) -> None:
     previous = bool(getattr(sample, "tokens", None)) or slime_compat.status_name(sample) != "pending"
     _clear_attempt_fields(sample)
     metadata = dict(getattr(sample, "metadata", None) or {})
-    for key in EPISODE_METADATA_KEYS:
+    for key in EPISODE_METADATA_KEYS:  # the saved episode state (resume.STATE_KEY) included
         metadata.pop(key, None)
-    metadata.pop(resume.STATE_KEY, None)
     if previous:
-        metadata["restarts"] = int(metadata.get("restarts", 0)) + 1
+        metadata[RESTARTS_KEY] = int(EpisodeMetadata.from_metadata(metadata).restarts or 0) + 1
     sample.metadata = metadata
     sample.status = slime_compat.status(sample, "PENDING")
 
@@ -266,10 +247,9 @@ def prepare_resume(args: Any, sample: Any) -> None:
     time), the rest of the attempt's outcome goes. Under ``--mask-offpolicy-in-partial-rollout`` the
     kept response gets loss mask 0, as slime's ``generate_and_rm`` does before calling ``generate``."""
     metadata = dict(getattr(sample, "metadata", None) or {})
-    for key in EPISODE_METADATA_KEYS:
+    for key in EPISODE_METADATA_KEYS:  # the saved episode state (resume.STATE_KEY) included
         metadata.pop(key, None)
-    metadata.pop(resume.STATE_KEY, None)
-    metadata["resumes"] = int(metadata.get("resumes", 0)) + 1
+    metadata[RESUMES_KEY] = int(EpisodeMetadata.from_metadata(metadata).resumes or 0) + 1
     sample.metadata = metadata
     sample.reward = None
     sample.remove_sample = False
@@ -411,6 +391,7 @@ async def _run_episode(
         request_trace=slime_compat.request_trace(sample),
         new_segment_on_context_change=_fans_out(config, evaluation),
     )
+    _refuse_templated_prompt(sample.prompt, model.templater)
     limiter = ToolLimiter(
         config.max_tool_iters, config.max_tool_calls, max_model_calls=config.max_model_calls
     )
@@ -612,7 +593,29 @@ def _replay_trajectory(
         if math.isinf(value) or math.isnan(value):  # the server sent no logprob: train nothing there
             mask[i], logprobs[i] = 0, 0.0
             masked += 1
+    if masked:
+        _warn_masked_logprobs_once(trajectory, masked)
     return masked
+
+
+def _warn_masked_logprobs_once(trajectory: TokenTrajectory, masked: int) -> None:
+    """One WARNING per process and cause: model tokens without a logprob are silently untrained."""
+    whole_replies = sum(
+        1
+        for segment in trajectory.segment_info
+        if segment.is_output
+        and all(math.isinf(v) for v in trajectory.logprobs[segment.start : segment.start + segment.length])
+    )
+    if whole_replies:
+        cause = "a /generate reply had no logprob for any of its output tokens (return_logprob ignored?)"
+    else:
+        cause = "the server returned null logprobs for some output tokens"
+    _log_once(
+        f"masked {masked} model token(s) out of training because {cause}; counted per sample in "
+        "metadata.masked_null_logprobs (rollout/strands/masked_null_logprobs/*); logged once per process",
+        level=logging.WARNING,
+        key=f"masked_null_logprobs: {cause}",
+    )
 
 
 def _check_replay_meta(meta: Mapping[str, Any], want_top_p: bool, replay_experts: bool) -> None:
@@ -658,34 +661,37 @@ def _episode_metadata(
     config: RolloutConfig,
     evaluation: bool,
     masked: int,
-) -> dict[str, Any]:
+    abort_detection: str,
+) -> EpisodeMetadata:
+    """What this attempt records about the episode (see :class:`EpisodeMetadata` for every key)."""
     stats = model.stats if model is not None else None
-    metadata: dict[str, Any] = {
-        "evaluation": evaluation,
-        "tool_iterations": limiter.tool_iter_count if limiter else 0,
-        "tool_calls": limiter.tool_call_count if limiter else 0,
-        "parse_errors": stats.parse_errors if stats else 0,
-        "tool_errors": getattr(tool_stats, "errors", 0),
-        "tool_timeouts": getattr(tool_stats, "timeouts", 0),
-        "sandbox_seconds": round(float(getattr(tool_stats, "seconds", 0.0)), 6),
-        "finish_reason": outcome.finish_reason,
-        "turns": stats.model_calls if stats else 0,
-        "final_text": (model.last_output_text if model is not None else None) or "",
-        "infra_error": outcome.infra_error,
-        "prompt_tokens": stats.prompt_tokens if stats else 0,
-        "cached_tokens": stats.cached_tokens if stats else 0,
-        "completion_tokens": stats.completion_tokens if stats else 0,
-        "retried_turns": stats.rolled_back_turns if stats else 0,
-        "turn_seconds": [round(t, 6) for t in stats.turn_seconds] if stats else [],
-        "masked_null_logprobs": masked,
-    }
+    record = EpisodeMetadata(
+        evaluation=evaluation,
+        tool_iterations=limiter.tool_iter_count if limiter else 0,
+        tool_calls=limiter.tool_call_count if limiter else 0,
+        parse_errors=stats.parse_errors if stats else 0,
+        tool_errors=getattr(tool_stats, "errors", 0),
+        tool_timeouts=getattr(tool_stats, "timeouts", 0),
+        sandbox_seconds=round(float(getattr(tool_stats, "seconds", 0.0)), 6),
+        finish_reason=outcome.finish_reason,
+        turns=stats.model_calls if stats else 0,
+        final_text=(model.last_output_text if model is not None else None) or "",
+        infra_error=outcome.infra_error,
+        prompt_tokens=stats.prompt_tokens if stats else 0,
+        cached_tokens=stats.cached_tokens if stats else 0,
+        completion_tokens=stats.completion_tokens if stats else 0,
+        retried_turns=stats.rolled_back_turns if stats else 0,
+        turn_seconds=[round(t, 6) for t in stats.turn_seconds] if stats else [],
+        masked_null_logprobs=masked,
+        abort_detection=abort_detection,
+    )
     if outcome.status == "ABORTED":
-        metadata["abort_source"] = "slime" if outcome.aborted_by_slime else "server"
+        record.abort_source = "slime" if outcome.aborted_by_slime else "server"
     if outcome.status == "TRUNCATED":
-        metadata["truncation"] = outcome.finish_reason
+        record.truncation = outcome.finish_reason
     if config.keep_transcript and model is not None:
-        metadata["transcript"] = model.transcript()
-    return metadata
+        record.transcript = model.transcript()
+    return record
 
 
 def _fill_sample(
@@ -700,6 +706,7 @@ def _fill_sample(
     tokenizer: Any,
     want_top_p: bool,
     trajectory: TokenTrajectory | None = None,
+    abort_detection: str = "off",
     parts: ResumeParts | None = None,
 ) -> Any:
     if trajectory is None and model is not None:
@@ -721,7 +728,10 @@ def _fill_sample(
     )
     sample.status = slime_compat.status(sample, outcome.status)
     metadata = dict(getattr(sample, "metadata", None) or {})
-    metadata.update(_episode_metadata(outcome, model, limiter, tool_stats, config, evaluation, masked))
+    record = _episode_metadata(
+        outcome, model, limiter, tool_stats, config, evaluation, masked, abort_detection
+    )
+    metadata.update(record.to_metadata())
     sample.metadata = metadata
     sample.non_generation_time = float(getattr(tool_stats, "seconds", 0.0))
     if outcome.infra_error and outcome.status != "ABORTED":
@@ -737,7 +747,7 @@ def _remove(args: Any, sample: Any, config: RolloutConfig, evaluation: bool) -> 
         args, config.infra_failure_reward, evaluation=evaluation, config=config.reward
     )
     # slime logs raw_reward when any sample has it; keep it numeric on every sample
-    sample.metadata["raw_reward"] = config.infra_failure_reward
+    write_keys(sample.metadata, raw_reward=config.infra_failure_reward)
 
 
 def _placeholder_prompt(model: SGLangModel | None, sample: Any, tokenizer: Any) -> list[int]:
@@ -772,7 +782,8 @@ async def generate(
 
 async def _generate(args: Any, sample: Any, sampling_params: Mapping[str, Any], evaluation: bool) -> Any:
     started = time.perf_counter()
-    abort_check = slime_compat.abort_check(args)
+    abort_flag = slime_compat.abort_flag(args)
+    abort_check = abort_flag.check
     saved = resume.saved_state(args, sample, evaluation)
     kept_metadata = dict(sample.metadata) if saved is not None else None
     if saved is None:
@@ -817,7 +828,8 @@ async def _generate(args: Any, sample: Any, sampling_params: Mapping[str, Any], 
         outcome = EpisodeOutcome(status="ABORTED", finish_reason="abort", aborted_by_slime=True)
     if kept_metadata is not None and model is None and outcome.status == "ABORTED":
         # aborted again before the resumed episode started: the sample still holds its saved part
-        sample.metadata = {**kept_metadata, "abort_source": "slime"}
+        sample.metadata = kept_metadata
+        write_keys(sample.metadata, abort_source="slime")
         sample.status = slime_compat.status(sample, "ABORTED")
         return sample
     segments = [*model.closed_trajectories, model.trajectory] if model is not None else [None]
@@ -839,14 +851,23 @@ async def _generate(args: Any, sample: Any, sampling_params: Mapping[str, Any], 
                 tokenizer,
                 want_top_p,
                 trajectory=trajectory,
+                abort_detection=abort_flag.source,
                 parts=parts,
             )
         except ConfigError:
             raise
         except Exception as exc:  # last line of defence: still a valid, removed sample
             logger.exception("strands_slime could not fill the sample")
-            _fill_dead(args, current, config, f"{type(exc).__name__}: {exc}", evaluation, want_top_p)
-        current.metadata["generate_seconds"] = round(time.perf_counter() - started, 6)
+            _fill_dead(
+                args,
+                current,
+                config,
+                f"{type(exc).__name__}: {exc}",
+                evaluation,
+                want_top_p,
+                abort_flag.source,
+            )
+        write_keys(current.metadata, generate_seconds=round(time.perf_counter() - started, 6))
     if parts is not None and model is not None and limiter is not None and outcome.status == "ABORTED":
         _save_for_resume(sample, model, limiter, tool_stats, parts, finished, config.keep_transcript)
     if not _fans_out(config, evaluation):
@@ -854,8 +875,7 @@ async def _generate(args: Any, sample: Any, sampling_params: Mapping[str, Any], 
     rollout_id = sample.index if isinstance(sample.index, int) else random.getrandbits(62)
     for position, current in enumerate(samples):
         current.rollout_id = rollout_id
-        current.metadata["fanout_segment"] = position
-        current.metadata["fanout_segments"] = len(samples)
+        write_keys(current.metadata, fanout_segment=position, fanout_segments=len(samples))
     return samples
 
 
@@ -883,7 +903,7 @@ def _save_for_resume(
         keep_transcript=keep_transcript,
     )
     if state is not None:
-        sample.metadata[resume.STATE_KEY] = state
+        write_keys(sample.metadata, **{resume.STATE_KEY: state})
 
 
 def _check_fanout_args(args: Any) -> None:
@@ -896,14 +916,20 @@ def _check_fanout_args(args: Any) -> None:
 
 
 def _fill_dead(
-    args: Any, sample: Any, config: RolloutConfig, reason: str, evaluation: bool, want_top_p: bool
+    args: Any,
+    sample: Any,
+    config: RolloutConfig,
+    reason: str,
+    evaluation: bool,
+    want_top_p: bool,
+    abort_detection: str,
 ) -> None:
+    """The last line of defence: a valid, removed sample carrying the reason filling it failed."""
     _clear_attempt_fields(sample)
     _start_response(sample, [0], want_top_p)
     _append_inert_token(args, sample, None)
     _fill_missing_routed_experts(args, sample)
     metadata = dict(getattr(sample, "metadata", None) or {})
-    metadata["infra_error"] = reason
-    metadata["evaluation"] = evaluation
+    write_keys(metadata, infra_error=reason, evaluation=evaluation, abort_detection=abort_detection)
     sample.metadata = metadata
     _remove(args, sample, config, evaluation)

@@ -495,3 +495,9 @@ async def test_the_saved_state_is_small_and_the_transcript_survives(server: DevS
         return [{k: v for k, v in m.items() if k != "tool_call_id"} for m in messages]
 
     assert without_ids(resumed.metadata["transcript"]) == without_ids(expected.metadata["transcript"])
+
+
+def test_the_state_key_is_an_episode_metadata_key_reset_on_a_new_attempt() -> None:
+    from strands_slime.episode_metadata import EPISODE_METADATA_KEYS, RESUMES_KEY
+
+    assert STATE_KEY in EPISODE_METADATA_KEYS and RESUMES_KEY not in EPISODE_METADATA_KEYS
