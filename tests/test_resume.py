@@ -66,6 +66,14 @@ async def server() -> AsyncIterator[DevServer]:
         yield running
 
 
+def _caller() -> str:
+    """The function that read the abort flag, past slime_compat's wrappers around ``abort_event``."""
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_globals.get("__name__") == "strands_slime.slime_compat":
+        frame = frame.f_back  # type: ignore[assignment]
+    return frame.f_code.co_name if frame is not None else ""
+
+
 class Aborter:
     """``args.abort_event``: false until ``fire`` says the abort lands at this check.
 
@@ -78,7 +86,7 @@ class Aborter:
         self.raised = False
 
     def __call__(self) -> bool:
-        if not self.raised and self.fire(sys._getframe(2).f_code.co_name):
+        if not self.raised and self.fire(_caller()):
             self.raised = True
         return self.raised
 
