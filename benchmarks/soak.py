@@ -51,6 +51,7 @@ import aiohttp  # noqa: E402
 import psutil  # noqa: E402
 
 from strands_slime import generate, reward_func  # noqa: E402
+from strands_slime.episode_metadata import EpisodeMetadata  # noqa: E402
 from strands_slime.offline import RolloutOptions, sampling_params, slime_args  # noqa: E402
 from strands_slime.slime_compat import Sample, status_name  # noqa: E402
 from strands_slime.tokenizer import load_tokenizer  # noqa: E402
@@ -255,7 +256,7 @@ def invariant_problems(sample: Any) -> list[str]:
         problems.append("no reward")
     if sample.remove_sample and status != "failed":
         problems.append("removed but not FAILED")
-    if status == "failed" and not (sample.metadata or {}).get("infra_error"):
+    if status == "failed" and not EpisodeMetadata.from_metadata(sample.metadata).infra_error:
         problems.append("FAILED without infra_error")
     return problems
 
@@ -358,8 +359,9 @@ class Soak:
             if phase != "fault":
                 continue
             labels = {episode.scenario, *episode.labels}
-            infra = str((sample.metadata or {}).get("infra_error") or "")
-            if (sample.metadata or {}).get("abort_source") == "server":
+            episode = EpisodeMetadata.from_metadata(sample.metadata)
+            infra = str(episode.infra_error or "")
+            if episode.abort_source == "server":
                 labels.add("server abort (abort_all)")
             if labels == {episode.scenario}:
                 labels.add("no fault (scenario only)")

@@ -15,6 +15,7 @@ from statistics import fmean
 from typing import Any
 
 from . import slime_compat
+from .client import abort_check_failures
 from .episode_metadata import ANY, MAX, MEAN, TOTAL, MetricSpec, metric_specs
 
 logger = logging.getLogger(__name__)
@@ -92,6 +93,8 @@ def compute_rollout_metrics(samples: Iterable[Any]) -> dict[str, float]:
     metrics["response_length/mean"] = fmean(lengths)
     trained = [sum(getattr(s, "loss_mask", None) or []) for s in flat]
     metrics["model_tokens/mean"] = fmean(trained)
+    # a process total, not per sample: the abort watcher polls flags, not episodes
+    metrics["abort_detection/failed_checks"] = float(abort_check_failures())
     return metrics
 
 

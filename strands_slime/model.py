@@ -32,14 +32,12 @@ from strands.types.streaming import StreamEvent
 from strands.types.tools import ToolChoice, ToolSpec
 
 from .chat import ChatTemplater, get_templater, to_template_messages, tool_specs_to_template_tools
-from .client import (
-    GenerateResponse,
+from .client import GenerateResponse, SGLangClient, run_abortable
+from .client_errors import (
     SGLangAbortedError,
-    SGLangClient,
     SGLangClientError,
     SGLangContextLengthError,
     SGLangThrottledError,
-    run_abortable,
 )
 from .constraints import (
     ReasoningMode,

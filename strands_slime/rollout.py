@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import copy
 import functools
-import gc
 import logging
 import math
 import random
@@ -33,7 +32,8 @@ from strands.types.exceptions import MaxTokensReachedException
 from . import resume, slime_compat, startup
 from .chat import get_templater
 from .chat_families import UnsupportedChatTemplate
-from .client import SGLangAbortedError, SGLangClient, SGLangClientError
+from .client import SGLangClient
+from .client_errors import SGLangAbortedError, SGLangClientError
 from .config import ConfigError, RolloutConfig, get_rollout_config
 from .episode_metadata import (
     EPISODE_METADATA_KEYS,
@@ -46,15 +46,14 @@ from .errors import EpisodeEnded, GenerationAborted, find_episode_end
 from .limits import ToolLimiter
 from .model import SGLangModel
 from .reward import preset_reward
+from .runtime import get_runtime
 from .tokenizer import load_tokenizer
 from .trajectory import TokenTrajectory
 
 logger = logging.getLogger(__name__)
 
-_CLIENTS: dict[tuple[Any, ...], SGLangClient] = {}
 STICKY_ROUTER_POLICIES = ("consistent_hashing", "manual")
 """Router policies that pin requests carrying the same ``X-SMG-Routing-Key`` to one engine."""
-_LOGGED_ERRORS: set[str] = set()
 
 
 @dataclass
@@ -80,28 +79,20 @@ class ResumeParts:
 
 
 GC_THRESHOLDS = (50_000, 20, 100)
-_GC_TUNED = False
 
 
 def tune_gc_once() -> None:
     """Freeze the long-lived heap (slime's and ours) and collect young objects less often.
 
     Hundreds of episodes allocate many short-lived objects; with the default thresholds the collector
-    rescans everything alive again and again. Measured in benchmarks/ (docs/benchmarks.md)."""
-    global _GC_TUNED
-    if _GC_TUNED:
-        return
-    _GC_TUNED = True
-    gc.freeze()
-    current = gc.get_threshold()
-    gc.set_threshold(*(max(a, b) for a, b in zip(current, GC_THRESHOLDS, strict=True)))
+    rescans everything alive again and again. Measured in benchmarks/ (docs/benchmarks.md). The runtime
+    owns the tuning: its ``reset``/``close`` undo it."""
+    get_runtime().tune_gc(GC_THRESHOLDS)
 
 
 def _log_once(message: str, *, level: int = logging.ERROR, key: str | None = None) -> None:
     """Log ``message`` the first time its ``key`` (default: the message) occurs in this process."""
-    key = message if key is None else key
-    if key not in _LOGGED_ERRORS:
-        _LOGGED_ERRORS.add(key)
+    if get_runtime().first_time(message if key is None else key):
         logger.log(level, message)
 
 
@@ -113,8 +104,9 @@ def get_client(args: Any, config: RolloutConfig) -> SGLangClient:
         getattr(args, "sglang_router_port", None),
         settings.model_dump_json(),
     )
-    client = _CLIENTS.get(key)
-    if client is None or client._closed:
+    clients = get_runtime().clients
+    client = clients.get(key)
+    if client is None or client.closed:
         overrides: dict[str, Any] = {
             "timeout": settings.timeout_s,
             "max_retries": settings.max_retries,
@@ -127,7 +119,7 @@ def get_client(args: Any, config: RolloutConfig) -> SGLangClient:
         if settings.max_connections:
             overrides["max_connections"] = settings.max_connections
         client = SGLangClient.from_slime_args(args, **overrides)
-        _CLIENTS[key] = client
+        clients[key] = client
     return client
 
 
@@ -158,17 +150,7 @@ async def get_tokenizer(args: Any, config: RolloutConfig) -> Any:
 def _chat_template(config: RolloutConfig) -> str | None:
     if not config.chat_template_path:
         return None
-    return _read_text_cached(config.chat_template_path)
-
-
-_TEXT_CACHE: dict[str, str] = {}
-
-
-def _read_text_cached(path: str) -> str:
-    if path not in _TEXT_CACHE:
-        with open(path, encoding="utf-8") as handle:
-            _TEXT_CACHE[path] = handle.read()
-    return _TEXT_CACHE[path]
+    return get_runtime().read_text(config.chat_template_path)
 
 
 def _refuse_templated_prompt(prompt: Any, templater: Any) -> None:

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from .runtime import get_runtime
+
 logger = logging.getLogger(__name__)
 
 _TOP_P_TOKEN_ID_META_KEYS = ("top_p_token_ids", "top_p_kept_token_ids")
@@ -467,14 +469,14 @@ def _never_aborted() -> bool:
     return False
 
 
-_ABORT_OFF_LOGGED: set[str] = set()
+def _abort_off_key(cause: str) -> str:
+    return f"abort detection off: {cause}"
 
 
 def _warn_abort_off_once(cause: str, *, level: int = logging.WARNING) -> None:
     """One log line per process and cause: without a flag, slime's abort cannot stop an episode."""
-    if cause in _ABORT_OFF_LOGGED:
+    if not get_runtime().first_time(_abort_off_key(cause)):
         return
-    _ABORT_OFF_LOGGED.add(cause)
     logger.log(
         level,
         "strands_slime abort detection is off: %s; an aborted rollout's episodes run to their end "
@@ -520,7 +522,7 @@ def _log_missing_slime_flag() -> None:
     module = sys.modules.get("slime.rollout.sglang_rollout")
     if module is not None and getattr(module, "GenerateState", None) is None:
         _warn_abort_off_once("slime.rollout.sglang_rollout has no GenerateState")
-    elif _IMPORT_ERROR is not None and _IMPORT_ERROR not in _ABORT_OFF_LOGGED:
+    elif _IMPORT_ERROR is not None and _abort_off_key(_IMPORT_ERROR) not in get_runtime().logged:
         slime_installed = importlib.util.find_spec("slime") is not None
         _warn_abort_off_once(_IMPORT_ERROR, level=logging.WARNING if slime_installed else logging.INFO)
 

@@ -15,12 +15,13 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from strands_slime import generate, rollout, slime_compat
+from strands_slime import generate
 from strands_slime.chat import get_templater
 from strands_slime.cli import RolloutOptions, slime_args
 from strands_slime.config import ConfigError
 from strands_slime.devserver import DevServer
 from strands_slime.metrics import compute_rollout_metrics
+from strands_slime.runtime import get_runtime
 from strands_slime.slime_compat import Sample
 
 SCRIPT = [{"replies": ["The answer is five.\n\nAnswer: \\boxed{5}"]}]
@@ -34,10 +35,9 @@ async def server() -> AsyncIterator[DevServer]:
 
 
 @pytest.fixture(autouse=True)
-def _fresh_process_logs(monkeypatch: pytest.MonkeyPatch) -> None:
+def _fresh_process_logs() -> None:
     """Each test sees a process that has logged nothing yet (the warnings are once per process)."""
-    monkeypatch.setattr(rollout, "_LOGGED_ERRORS", set())
-    monkeypatch.setattr(slime_compat, "_ABORT_OFF_LOGGED", set())
+    get_runtime().logged.clear()
 
 
 def make_args(url: str, **overrides: Any) -> Any:

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
+from strands_slime.runtime import get_runtime
 from strands_slime.sandbox.config import SandboxConfig
 from strands_slime.sandbox.result import ExecutionResult, ResultKind
 
@@ -821,8 +822,18 @@ class Sandbox:
             return await self._backend.execute(code, timeout_s, cpu_s)
 
     async def close(self) -> None:
+        """Shut the backend down (the zygote and its workers); later runs return an ``INFRA`` failure."""
         self._closed = True
         await self._backend.close()
+
+    def kill(self) -> None:
+        """Mark the sandbox closed and kill its zygote now, synchronously (workers die with it).
+
+        For a sandbox whose event loop is gone or not running (``close`` needs that loop)."""
+        self._closed = True
+        backend = self._backend
+        if isinstance(backend, ZygoteBackend) and backend._finalizer is not None:
+            backend._finalizer()  # kills and reaps synchronously
 
     async def __aenter__(self) -> Sandbox:
         await self.start()
@@ -830,11 +841,6 @@ class Sandbox:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
-
-
-_shared: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, Sandbox]] = (
-    weakref.WeakKeyDictionary()
-)
 
 
 def get_shared_sandbox(config: SandboxConfig | None = None) -> Sandbox:
@@ -845,14 +851,13 @@ def get_shared_sandbox(config: SandboxConfig | None = None) -> Sandbox:
     """
     config = config or SandboxConfig()
     loop = asyncio.get_running_loop()
-    for other_loop, sandboxes in list(_shared.items()):
+    shared = get_runtime().sandboxes
+    for other_loop, sandboxes in list(shared.items()):
         if other_loop.is_closed():
             for sandbox in sandboxes.values():
-                backend = sandbox._backend
-                if isinstance(backend, ZygoteBackend) and backend._finalizer is not None:
-                    backend._finalizer()  # kills and reaps synchronously: that loop is gone
-            del _shared[other_loop]
-    sandboxes = _shared.setdefault(loop, {})
+                sandbox.kill()  # that loop is gone
+            del shared[other_loop]
+    sandboxes = shared.setdefault(loop, {})
     key = config.model_dump_json()
     sandbox = sandboxes.get(key)
     if sandbox is None or sandbox.closed:
