@@ -165,6 +165,16 @@ def _resumable_messages(messages: list[Any], recorder: ToolResultRecorder) -> li
     return kept
 
 
+def _pending_round_results(messages: list[Any], recorder: ToolResultRecorder) -> dict[str, Any]:
+    """The finished results of the tool round the history ends with (the one that runs again on
+    resume); earlier rounds' results are in the messages already."""
+    last = messages[-1] if messages else {}
+    if last.get("role") != "assistant":
+        return {}
+    ids = {str(b["toolUse"].get("toolUseId")) for b in last.get("content") or [] if "toolUse" in b}
+    return {tool_id: result for tool_id, result in recorder.finished.items() if tool_id in ids}
+
+
 def _has_next_step(messages: list[Any]) -> bool:
     """Whether the history ends where the agent goes on by itself: a user message (the model is
     next) or an assistant message asking for tools (a tool round is next)."""
@@ -218,7 +228,7 @@ def snapshot(
         "model": model_state,
         "limiter": counters,
         "tool_stats": _tool_stats_dict(tool_stats),
-        "tool_results": recorder.finished,
+        "tool_results": _pending_round_results(kept_messages, recorder),
         "finished": list(finished) if finished else None,
         "masked_null_logprobs": masked_null_logprobs,
     }

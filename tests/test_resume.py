@@ -43,6 +43,13 @@ SCRIPT = [
         ],
     },
     {
+        "match": "parallel",
+        "replies": [
+            think("Both at once.", tool_call("print(17)") + "\n" + tool_call(SLEEP_CODE)),
+            "Both done: 34.\n\nAnswer: \\boxed{34}",
+        ],
+    },
+    {
         "match": "twice",
         "replies": [
             think("First.", tool_call("print(17)")),
@@ -232,7 +239,8 @@ async def test_abort_after_a_tool_result_resumes_without_running_it_again(server
     assert sample.status.name == "ABORTED" and model_turns(sample) == 1
     state = sample.metadata[STATE_KEY]
     json.dumps(state)  # plain JSON: survives slime's buffer and Sample.to_dict
-    assert len(state["tool_results"]) == 1 and state["messages"][-1]["role"] == "user"
+    assert state["messages"][-1]["role"] == "user" and "toolResult" in state["messages"][-1]["content"][0]
+    assert state["tool_results"] == {}, "finished rounds live in the messages only"
     assert len(sample.weight_versions) == 1
     aborter.clear()
     resumed = await generate(args, sample, dict(PARAMS))
@@ -509,3 +517,23 @@ def test_the_state_key_is_an_episode_metadata_key_reset_on_a_new_attempt() -> No
     from strands_slime.episode_metadata import EPISODE_METADATA_KEYS, RESUMES_KEY
 
     assert STATE_KEY in EPISODE_METADATA_KEYS and RESUMES_KEY not in EPISODE_METADATA_KEYS
+
+
+@pytest.mark.slow
+async def test_abort_mid_round_replays_the_finished_call_and_reruns_the_cut_one(server: DevServer) -> None:
+    expected, requests = await reference(server, "parallel")
+    assert expected.metadata["tool_calls"] == 2 and expected.metadata["tool_iterations"] == 1
+    counter = SandboxCounter()
+    aborter = Aborter(lambda caller: counter.finished == 1 and counter.started == 2)
+    args = make_args(server.url, abort_event=aborter)
+    await counter.install(args)
+    before = len(server.request_log)
+    sample = await generate(args, new_sample("parallel"), dict(PARAMS))
+    assert sample.status.name == "ABORTED" and counter.finished == 1
+    state = sample.metadata[STATE_KEY]
+    assert state["messages"][-1]["role"] == "assistant" and len(state["tool_results"]) == 1
+    aborter.clear()
+    resumed = await generate(args, sample, dict(PARAMS))
+    assert_same_trajectory(resumed, expected)
+    assert counter.started == 3 and counter.finished == 2, "the finished call was answered from its result"
+    assert len(server.request_log) - before == requests
