@@ -54,6 +54,7 @@ class ToolLimiter(HookProvider):
         self.reset()
 
     def reset(self) -> None:
+        """Zero the counters and forget which limit was hit."""
         self.tool_iter_count = 0
         self.tool_call_count = 0
         self.model_call_count = 0
@@ -82,6 +83,7 @@ class ToolLimiter(HookProvider):
         self.model_call_count = values["model_call_count"]
 
     def register_hooks(self, registry: HookRegistry, **kwargs: Any) -> None:
+        """Count model calls before each one and tool rounds/calls when an assistant message is added."""
         registry.add_callback(MessageAddedEvent, self._on_message_added)
         registry.add_callback(BeforeModelCallEvent, self._on_before_model_call)
         if self.reset_on_invocation:
@@ -128,8 +130,10 @@ class ToolIterationLimiter(ToolLimiter):
 
     @property
     def max_iterations(self) -> int | None:
+        """Seed name for ``max_tool_iters``."""
         return self.max_tool_iters
 
     @property
     def iteration_count(self) -> int:
+        """Seed name for ``tool_iter_count``."""
         return self.tool_iter_count

@@ -50,6 +50,7 @@ class Segment:
 
     @property
     def is_output(self) -> bool:
+        """Whether the model produced these tokens (mask 1)."""
         return self.kind == "output"
 
 
@@ -83,6 +84,7 @@ class TokenTrajectory:
 
     @property
     def initial_prompt_length(self) -> int:
+        """Tokens of the first prompt (segment 0)."""
         return self.segment_info[0].length if self.segment_info else 0
 
     @property
@@ -92,17 +94,21 @@ class TokenTrajectory:
 
     @property
     def output_token_count(self) -> int:
+        """Tokens the model produced, over all output segments."""
         return sum(s.length for s in self.segment_info if s.is_output)
 
     @property
     def num_outputs(self) -> int:
+        """Output segments (one per model call)."""
         return sum(1 for s in self.segment_info if s.is_output)
 
     @property
     def ends_with_output(self) -> bool:
+        """Whether the last segment is model output."""
         return bool(self.segment_info) and self.segment_info[-1].is_output
 
     def last_output_ids(self) -> list[int]:
+        """The ids of the last output segment (empty when there is none)."""
         for segment in reversed(self.segment_info):
             if segment.is_output:
                 return self.token_ids[segment.start : segment.start + segment.length]
@@ -170,9 +176,11 @@ class TokenTrajectory:
 
     @property
     def turn_count(self) -> int:
+        """Model turns begun (see :meth:`begin_turn`)."""
         return len(self._turns)
 
     def reset(self) -> None:
+        """Empty the trajectory for a new episode."""
         self.token_ids = []
         self.loss_mask = []
         self.logprobs = []
@@ -181,6 +189,7 @@ class TokenTrajectory:
         self._turns = []
 
     def copy(self) -> TokenTrajectory:
+        """An independent copy (lists and checkpoints copied; ``meta_info`` dicts shared)."""
         return TokenTrajectory(
             token_ids=list(self.token_ids),
             loss_mask=list(self.loss_mask),
