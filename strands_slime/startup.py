@@ -53,6 +53,9 @@ class _StartGate:
         if not self._admitting:
             self._admitting = True
             self._batch = 0
+            # A new burst: the cost learned in the last one says little (aborted episodes cost
+            # nothing), so start pessimistic again instead of waking a huge first batch.
+            self._cost_s = SLICE_S
             loop.call_soon(self._admit)
         await future
 

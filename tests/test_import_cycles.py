@@ -17,11 +17,7 @@ PACKAGE = "strands_slime"
 
 # Cycles other engineers are breaking on their branches (issue 15, point 3). Remove each entry once its
 # fix is merged: an entry whose cycle no longer exists fails the test, so the list cannot go stale.
-ALLOWED_CYCLES: frozenset[frozenset[str]] = frozenset(
-    {
-        frozenset({"strands_slime.sandbox.core", "strands_slime.sandbox.camel_backend"}),
-    }
-)
+ALLOWED_CYCLES: frozenset[frozenset[str]] = frozenset()
 
 
 def strongly_connected_components(edges: Mapping[str, Iterable[str]]) -> list[frozenset[str]]:
