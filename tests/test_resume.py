@@ -54,7 +54,7 @@ SCRIPT = [
         "replies": [
             think("First.", tool_call("print(17)")),
             think("Second.", tool_call("print(2)")),
-            "It is 34. " + "Checking the product once more. " * 25 + "\n\nAnswer: \\boxed{34}",
+            "It is 34. " + "Checking the product once more. " * 60 + "\n\nAnswer: \\boxed{34}",
         ],
     },
 ]
@@ -284,8 +284,13 @@ async def test_abort_mid_generation_resends_only_the_cut_call() -> None:
         counter = SandboxCounter()
         await counter.install(args)
         task = asyncio.create_task(generate(args, new_sample("twice"), dict(PARAMS)))
+        assert slow.scheduler is not None
         deadline = time.monotonic() + 30
-        while len(slow.request_log) < 3:  # the third model call is generating
+        while len(slow.request_log) < 3 or slow.scheduler.num_running == 0:
+            assert time.monotonic() < deadline and not task.done()
+            await asyncio.sleep(0.01)
+        generated = slow.scheduler.total_generated_tokens
+        while slow.scheduler.total_generated_tokens < generated + 5:  # the third call is generating
             assert time.monotonic() < deadline and not task.done()
             await asyncio.sleep(0.01)
         aborted_flag.set()  # what slime's abort() does: the flag, then abort every request
@@ -299,7 +304,6 @@ async def test_abort_mid_generation_resends_only_the_cut_call() -> None:
         assert cut_kept in (0, 1) and model_turns(sample) == 2 + cut_kept
         aborted_tokens = list(sample.tokens)
         aborted_flag.clear()
-        assert slow.scheduler is not None
         slow.scheduler.token_latency = 0.0
         resumed = await generate(args, sample, dict(PARAMS))
         assert_same_trajectory(resumed, expected, continued_calls=cut_kept)
