@@ -297,6 +297,28 @@ async def test_max_model_len_cached_and_failures_expire(fault_server: FaultServe
     await client.close()
 
 
+@pytest.mark.parametrize("max_retries", [0, 1, 60])
+async def test_metadata_fetches_honour_max_retries(fault_server: FaultServer, max_retries: int) -> None:
+    """``max_retries=0`` is one attempt for metadata too (it was four, with seconds of backoff);
+    larger values are capped at three retries so start-up never waits a generation's retry budget."""
+    fault_server.behaviours = [status(503, {"error": "busy"})] * 10
+    async with make_client(fault_server.url, max_retries=max_retries) as client:
+        assert client.metadata_retries == min(max_retries, 3)
+        with pytest.raises(SGLangThrottledError):
+            await client.max_model_len()
+    assert len(fault_server.behaviours) == 10 - (min(max_retries, 3) + 1)
+
+
+@pytest.mark.parametrize(("max_retries", "attempts"), [(0, 1), (60, 4)])
+async def test_abort_requests_honour_max_retries(max_retries: int, attempts: int) -> None:
+    async with make_client("http://127.0.0.1:9", max_retries=max_retries) as client:
+        with pytest.raises(SGLangConnectionError) as raised:
+            await client.abort("r1")
+    assert ("gave up after" in str(raised.value)) == (attempts > 1)
+    if attempts > 1:
+        assert f"gave up after {attempts} attempts" in str(raised.value)
+
+
 async def test_concurrent_first_use_is_single_flight(fault_server: FaultServer) -> None:
     calls = 0
 
