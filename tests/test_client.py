@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+from waiting import wait_until
 
 from strands_slime.client import (
     GenerateResponse,
@@ -291,8 +292,14 @@ async def test_max_model_len_cached_and_failures_expire(fault_server: FaultServe
         await client.max_model_len()
     with pytest.raises(SGLangHTTPError):  # still inside the negative-cache window: no new request
         await client.max_model_len()
-    await asyncio.sleep(0.25)
-    assert await client.max_model_len() == 4096
+
+    async def recovered() -> bool:
+        try:
+            return await client.max_model_len() == 4096
+        except SGLangHTTPError:  # the cached failure, until metadata_ttl_on_error has passed
+            return False
+
+    await wait_until(recovered, what="the cached failure to expire")
     assert await client.max_model_len() == 4096
     await client.close()
 
@@ -470,13 +477,6 @@ def shipped_retry_client(url: str, **kwargs: Any) -> SGLangClient:
     return SGLangClient(url, max_retries=60, retry_delay=1.0, max_retry_delay=30.0, **kwargs)
 
 
-async def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.005)
-
-
 async def raises_aborted_within(task: asyncio.Future[Any], seconds: float) -> float:
     """Await ``task`` (which must raise SGLangAbortedError) and return how long it took."""
     start = time.monotonic()
@@ -547,8 +547,9 @@ async def test_one_abort_flag_stops_many_requests_and_the_watcher_ends(fault_ser
         assert all(isinstance(r, SGLangAbortedError) for r in results)
         watch = _ABORT_WATCHES[asyncio.get_running_loop()]
         assert not watch._waiting
-        await asyncio.sleep(0.1)
-        assert watch._poller is not None and watch._poller.done(), "the poller stops when nothing waits"
+        poller = watch._poller
+        assert poller is not None
+        await wait_until(poller.done, timeout=2, what="the poller to stop when nothing waits")
     assert len(fault_server.requests) == 50
 
 
