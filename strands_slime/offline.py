@@ -196,7 +196,7 @@ async def probe_server(url: str, timeout_s: float) -> dict[str, Any]:
                     return {}
                 info = await reply.json(content_type=None)
                 return info if isinstance(info, dict) else {}
-    except TimeoutError as exc:
+    except asyncio.TimeoutError as exc:  # aiohttp's deadline; the builtin TimeoutError only from 3.11 on
         raise RolloutError(f"server {base} did not answer GET /health within {timeout_s:g} s") from exc
     except aiohttp.ClientError as exc:
         raise RolloutError(f"server {base} is unreachable: {exc or type(exc).__name__}") from exc

@@ -69,7 +69,7 @@ class FaultServer:
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
             if self.delay:
-                with contextlib.suppress(TimeoutError):
+                with contextlib.suppress(asyncio.TimeoutError):  # the builtin one only from 3.11 on
                     await asyncio.wait_for(self.released.wait(), self.delay)
             if self.behaviours:
                 return await self.behaviours.pop(0)(request)
