@@ -1,8 +1,12 @@
-"""Shared fixtures: the real Qwen3 tokenizer, loaded offline once per test session."""
+"""Shared fixtures (the real Qwen3 tokenizer, loaded offline once per session) and the test lanes."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import re
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -44,3 +48,176 @@ def _forget_slime_after_module():
     from strands_slime import slime_compat
 
     slime_compat.sample_class.cache_clear()
+
+
+# ----------------------------------------------------------------------------------------------
+# Lanes: every test is in exactly one of unit / integration / slow (see README, "Development").
+# ----------------------------------------------------------------------------------------------
+
+LANES = ("unit", "integration", "slow")
+"""unit: one process (real tokenizer, in-process servers on loopback), under ~2 s.
+integration: crosses a process or project boundary (subprocesses, the sandbox's workers, slime's real
+code, headless Chromium, torch models), under ~2 s. slow: anything longer (tests/durations.md)."""
+
+MODULE_LANES: dict[str, str] = {
+    # one process: real tokenizer, in-process servers on loopback
+    "test_bench_provider": "unit",
+    "test_chat": "unit",
+    "test_chat_families": "unit",
+    "test_client": "unit",
+    "test_devserver_faults": "unit",
+    "test_devserver_prefix_cache": "unit",
+    "test_devserver_protocol": "unit",
+    "test_devserver_replay": "unit",
+    "test_devserver_scripted": "unit",
+    "test_eval_metrics": "unit",
+    "test_math_answer": "unit",
+    "test_model": "unit",
+    "test_reward": "unit",
+    "test_reward_eval_config": "unit",
+    "test_slime_contract": "unit",
+    "test_structured_output": "unit",
+    "test_tokenizer": "unit",
+    "test_tool_parsers": "unit",
+    "test_trajectory": "unit",
+    # other processes, slime's real code, a browser or torch models
+    "test_cli": "integration",
+    "test_config": "integration",
+    "test_data_prep": "integration",
+    "test_devserver_cli": "integration",
+    "test_devserver_hf": "integration",
+    "test_drift": "integration",
+    "test_filters": "integration",
+    "test_model_hf": "integration",
+    "test_packaging": "integration",
+    "test_reward_vs_slime": "integration",
+    "test_rollout": "integration",
+    "test_sandbox": "integration",
+    "test_sandbox_camel": "integration",
+    "test_sandbox_tool": "integration",
+    "test_scripts": "integration",
+    "test_slime_integration": "integration",
+    "test_soak": "slow",
+    "test_startup": "integration",
+    "test_structured_output_hf": "integration",
+    "test_viewer": "integration",
+}
+"""The lane of each test module's tests, unless TEST_LANES or a mark in the module says otherwise."""
+
+TEST_LANES: dict[str, str] = {
+    # the math-verify worker process
+    "test_math_answer::test_async_check_runs_math_verify_off_the_event_loop": "integration",
+    "test_math_answer::test_hung_sympy_is_killed_at_the_deadline_and_the_loop_stays_live": "integration",
+    "test_math_answer::test_math_verify_decides_what_strings_and_numbers_cannot": "integration",
+    "test_reward::test_math_verify_equivalence_through_reward_func": "integration",
+    "test_reward::test_never_raises_with_math_verify": "integration",
+    "test_devserver_scripted::test_scripted_server_does_not_import_torch": "integration",
+    # in-process, and what the Python 3.10 lane must see (aiohttp's timeout is not TimeoutError there)
+    "test_cli::test_dead_or_silent_base_url_fails_in_seconds": "unit",
+    # measured over ~2 s (tests/durations.md)
+}
+"""Exceptions by ``module::function`` (every parametrization of it), mostly tests measured over ~2 s."""
+
+_NEEDS_TORCH = ("test_devserver_hf.py", "test_model_hf.py", "test_structured_output_hf.py")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """``--lane NAME`` (repeatable): run only those lanes, and import no module that has none of them."""
+    parser.addoption(
+        "--lane",
+        action="append",
+        choices=LANES,
+        default=[],
+        help="run only this lane (unit, integration, slow); repeat for several. Default: all lanes.",
+    )
+
+
+_LANE_MARK = re.compile(r"\bmark\.(unit|integration|slow)\b")
+
+
+def _module_lanes(path: Path) -> set[str]:
+    """Every lane a test of the module at ``path`` can be in (its marks read from the text: the module
+    is not imported yet), or an empty set for a module with no lane."""
+    module = path.stem
+    lanes = {lane for key, lane in TEST_LANES.items() if key.split("::", 1)[0] == module}
+    if module in MODULE_LANES:
+        lanes.add(MODULE_LANES[module])
+    lanes.update(_LANE_MARK.findall(path.read_text(encoding="utf-8")))
+    return lanes
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Skip importing modules that cannot hold a selected test: importing torch or camel for a lane
+    that runs none of their tests costs seconds of collection. Modules needing torch are left out
+    where it is not installed (the Python 3.10 lane)."""
+    if collection_path.suffix != ".py" or not collection_path.name.startswith("test_"):
+        return None
+    if collection_path.name in _NEEDS_TORCH and importlib.util.find_spec("torch") is None:
+        return True
+    selected = set(config.getoption("lane"))
+    if selected and collection_path.stem in MODULE_LANES and not _module_lanes(collection_path) & selected:
+        return True
+    return None
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    """Say which lanes run and what is left out for lack of torch, so a short run is not a surprise."""
+    lines = [f"lanes: {', '.join(config.getoption('lane') or LANES)}"]
+    if importlib.util.find_spec("torch") is None:
+        lines.append(f"torch is not installed: {', '.join(_NEEDS_TORCH)} not collected")
+    return "\n".join(lines)
+
+
+def _lane_of(item: pytest.Item) -> str | None:
+    own = [lane for lane in LANES if item.get_closest_marker(lane) is not None]
+    if "slow" in own:  # a slow mark wins: that is what decides whether a run can afford the test
+        return "slow"
+    if len(own) > 1:
+        raise pytest.UsageError(f"{item.nodeid} is marked with several lanes: {own}")
+    if own:
+        return own[0]
+    module = item.path.stem
+    function = getattr(item, "originalname", item.name)
+    return TEST_LANES.get(f"{module}::{function}") or MODULE_LANES.get(module)
+
+
+def _check_test_lanes(items: list[pytest.Item]) -> None:
+    """A TEST_LANES entry naming a function its (imported) module lacks is stale: say so."""
+    modules = {item.path.stem: item.module for item in items if isinstance(item, pytest.Function)}
+    stale: list[str] = []
+    for key in TEST_LANES:
+        module, *names = key.split("::")
+        target: Any = modules.get(module)
+        if target is None:
+            continue  # not collected in this run
+        for name in names:
+            target = getattr(target, name, None)
+        if target is None:
+            stale.append(key)
+    if stale:
+        raise pytest.UsageError(f"tests/conftest.py TEST_LANES names tests that do not exist: {stale}")
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m/-k deselection, so "-m 'not slow'" sees these marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Give every test its lane marker; a test without one fails the collection."""
+    _check_test_lanes(items)
+    missing: list[str] = []
+    selected = set(config.getoption("lane"))
+    kept: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    for item in items:
+        lane = _lane_of(item)
+        if lane is None:
+            missing.append(item.nodeid)
+            continue
+        item.add_marker(lane)
+        (kept if not selected or lane in selected else dropped).append(item)
+    if missing:
+        raise pytest.UsageError(
+            f"{len(missing)} tests have no lane (unit, integration or slow): add their module to "
+            f"MODULE_LANES in tests/conftest.py or mark them; e.g. {missing[:3]}"
+        )
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
