@@ -96,6 +96,7 @@ MODULE_LANES: dict[str, str] = {
     # whole modules: slime's rollout loop (each test 5-25 s), the torch-model backends and camel
     # (importing torch or camel alone takes seconds; not imported unless the slow lane runs)
     "test_devserver_hf": "slow",
+    "test_lanes": "slow",  # four pytest runs in subprocesses
     "test_sandbox_camel": "slow",  # importing camel-ai takes seconds, its 7 tests a fraction of that
     "test_model_hf": "slow",
     "test_slime_integration": "slow",
@@ -119,6 +120,7 @@ TEST_LANES: dict[str, str] = {
     # over ~2 s on an idle 2-core machine (5 s or more measured under load: tests/durations.md)
     "test_chat_families::test_template_check_cli_passes_for_each_family": "slow",  # 9 s
     "test_chat_families::test_template_check_reports_a_template_that_cannot_be_appended_to": "slow",  # 8 s
+    "test_client::test_abort_cuts_the_retry_backoff_and_nothing_is_sent_after": "slow",  # watches 2.5 s
     "test_cli::test_demo_command_end_to_end": "slow",  # 18 s
     "test_cli::test_interrupt_keeps_finished_samples_and_resume_runs_the_rest": "slow",  # 57 s
     "test_devserver_cli::test_async_use_of_the_subprocess_helper": "slow",  # 5 s
