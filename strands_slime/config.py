@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .reward import RewardConfig
+from .limits import DEFAULT_MAX_MODEL_CALLS, MAX_MODEL_CALLS_LIMIT
+from .runtime import get_runtime
 from .sandbox import SandboxConfig
 
 CONFIG_ENV = "STRANDS_SLIME_CONFIG"
@@ -66,6 +67,75 @@ class ClientConfig(BaseModel):
     max_connections: int | None = Field(None, ge=1, description="Pool size; default: slime's formula.")
 
 
+_LINEAR_FIELDS = ("linear_per_iteration", "linear_baseline_iterations", "linear_cap")
+
+
+class RewardConfig(BaseModel):
+    """The ``reward:`` section of the rollout YAML; every field has a working default."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    shaping: Literal["strands_example", "linear", "none"] = Field(
+        "none",
+        description=(
+            "How wrong training answers are shaped; off by default because GRPO's std normalisation "
+            "turns the small differences it makes inside an all-wrong group into full-size advantages "
+            "(docs/reward.md). strands_example: min(-0.6, incorrect_reward + "
+            "(n - 2) / 2 * 0.1) as in slime's strands example; linear: min(linear_cap, "
+            "incorrect_reward + linear_per_iteration * (n - linear_baseline_iterations)); none: no "
+            "shaping. n counts tool use (see shaping_count). Evaluation samples are never shaped."
+        ),
+    )
+    shaping_count: Literal["tool_iterations", "tool_calls"] = Field(
+        "tool_iterations", description="Which metadata counter shaping reads as n."
+    )
+    linear_per_iteration: float = Field(0.05, description="linear shaping: reward per tool-use unit.")
+    linear_baseline_iterations: float = Field(2.0, description="linear shaping: n at which nothing is added.")
+    linear_cap: float = Field(-0.6, description="linear shaping: a shaped wrong answer never exceeds this.")
+    correct_reward: float = Field(1.0, description="Reward of a correct answer (slime's DAPO uses 1.0).")
+    incorrect_reward: float = Field(-1.0, description="Reward of a wrong or missing answer before shaping.")
+    output: Literal["auto", "float", "dict"] = Field(
+        "auto",
+        description=(
+            "float: return the reward; dict: return {score, acc, pred, ...} for --reward-key; auto: "
+            "dict exactly when slime's --reward-key (--eval-reward-key for evaluation) is set."
+        ),
+    )
+    answer_window: int = Field(300, ge=1, description="Characters at the end of the final text searched.")
+    strict_box_window: int = Field(
+        100, ge=1, description="Characters at the end of the final text searched for \\boxed{} (strict mode)."
+    )
+    reject_conflicting_answers: bool = Field(
+        True,
+        description=(
+            "Score as wrong when the 'Answer:' line and the last \\boxed{} give different answers, "
+            "so that hedging across both forms is never rewarded."
+        ),
+    )
+    math_verify: bool = Field(
+        True,
+        description="Use math-verify (when installed) for answers that string/number checks can't decide.",
+    )
+    math_verify_timeout_s: float = Field(
+        2.0,
+        gt=0,
+        le=600,
+        description="Hard deadline for one math-verify check; the worker is killed past it.",
+    )
+    math_verify_workers: int = Field(
+        1, ge=1, le=64, description="math-verify worker processes (started lazily, kept warm)."
+    )
+
+    @model_validator(mode="after")
+    def _linear_fields_need_linear_shaping(self) -> RewardConfig:
+        stray = [name for name in _LINEAR_FIELDS if name in self.model_fields_set]
+        if stray and self.shaping != "linear":
+            raise ValueError(
+                f"{', '.join(stray)} only apply with shaping: linear (shaping is {self.shaping!r})"
+            )
+        return self
+
+
 class FanoutConfig(BaseModel):
     """One training sample per context segment when the agent compacts its context (off by default)."""
 
@@ -97,7 +167,12 @@ class RolloutConfig(BaseModel):
     )
     max_tool_iters: int | None = Field(5, ge=0, description="Tool rounds per episode (slime example: 5).")
     max_tool_calls: int | None = Field(None, ge=0, description="Tool calls per episode in all.")
-    max_model_calls: int = Field(64, ge=1, le=256, description="Hard cap on model calls per episode.")
+    max_model_calls: int = Field(
+        DEFAULT_MAX_MODEL_CALLS,
+        ge=1,
+        le=MAX_MODEL_CALLS_LIMIT,
+        description="Hard cap on model calls per episode (Strands' recursion fails at a few hundred).",
+    )
     tool_parser: str | None = Field(
         None,
         description="Tool-call format (hermes, qwen3_coder, glm47, kimi_k2, ...); None: the chat family's.",
@@ -177,7 +252,16 @@ def _load_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def parse_config(data: Mapping[str, Any] | None, *, source: str = "<dict>") -> RolloutConfig:
-    """Validate a mapping (top-level settings or a ``strands_slime:`` section) into a RolloutConfig."""
+    """Validate a mapping (top-level settings or a ``strands_slime:`` section) into a RolloutConfig.
+
+    Args:
+        data: the settings; None or empty gives the defaults.
+        source: where they came from, named in errors.
+
+    Raises:
+        ConfigError: the section is not a mapping, or a setting is unknown or invalid (every problem
+            is listed with its dotted path).
+    """
     data = dict(data or {})
     if CONFIG_KEY in data:
         section = data[CONFIG_KEY]
@@ -194,15 +278,24 @@ def parse_config(data: Mapping[str, Any] | None, *, source: str = "<dict>") -> R
 
 
 def load_config(path: str | os.PathLike[str]) -> RolloutConfig:
-    """Read and validate a rollout YAML file."""
+    """Read and validate a rollout YAML file.
+
+    Raises:
+        ConfigError: the file is missing, not YAML, not a mapping, or invalid (see :func:`parse_config`).
+    """
     return parse_config(_load_yaml(path), source=str(path))
 
 
-_CACHE: dict[tuple[Any, ...], RolloutConfig] = {}
-
-
 def get_rollout_config(args: Any = None) -> RolloutConfig:
-    """The configuration for this run (cached per source; see the module docstring for the order)."""
+    """The configuration for this run (cached per source; see the module docstring for the order).
+
+    Args:
+        args: slime's args: ``args.strands_slime`` (a RolloutConfig or a mapping) wins over
+            ``args.strands_slime_config`` (a YAML path), then ``$STRANDS_SLIME_CONFIG``, then the defaults.
+
+    Raises:
+        ConfigError: the chosen source is missing or invalid.
+    """
     inline = getattr(args, CONFIG_KEY, None) if args is not None else None
     path = getattr(args, "strands_slime_config", None) if args is not None else None
     env_path = os.environ.get(CONFIG_ENV)
@@ -222,11 +315,8 @@ def get_rollout_config(args: Any = None) -> RolloutConfig:
     else:
         key = ("defaults",)
         loader = RolloutConfig
-    config = _CACHE.get(key)
-    if config is None:
-        config = loader()
-        _CACHE[key] = config
-    return config
+    runtime = get_runtime()
+    return runtime.cached(runtime.configs, key, loader)
 
 
 def main(argv: list[str] | None = None) -> int:

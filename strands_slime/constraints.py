@@ -54,7 +54,11 @@ def _literal(text: str) -> str:
 
 
 def output_model_schema(output_model: Any) -> str:
-    """``sampling_params.json_schema`` for a pydantic model class."""
+    """``sampling_params.json_schema`` for a pydantic model class.
+
+    Raises:
+        ConstraintError: ``output_model`` has no ``model_json_schema`` (not a pydantic model class).
+    """
     schema_fn = getattr(output_model, "model_json_schema", None)
     if schema_fn is None:
         raise ConstraintError(f"structured output needs a pydantic model class, got {output_model!r}")
@@ -64,7 +68,11 @@ def output_model_schema(output_model: Any) -> str:
 def tool_choice_names(
     tool_choice: Mapping[str, Any] | None, tool_specs: Sequence[Mapping[str, Any]] | None
 ) -> list[str] | None:
-    """The tools one call must be made to, or None when ``tool_choice`` adds no constraint (``auto``)."""
+    """The tools one call must be made to, or None when ``tool_choice`` adds no constraint (``auto``).
+
+    Raises:
+        ConstraintError: ``any`` without tools, a named tool that is not among them, or an unknown choice.
+    """
     if not tool_choice or "auto" in tool_choice:
         return None
     available = [str(spec["name"]) for spec in tool_specs or []]
@@ -90,7 +98,18 @@ def tool_call_ebnf(
     parser_name: str,
     reasoning: ReasoningMode = "none",
 ) -> str:
-    """The ``ebnf`` admitting one call to one of ``names`` in ``parser_name``'s syntax."""
+    """The ``ebnf`` admitting one call to one of ``names`` in ``parser_name``'s syntax.
+
+    Args:
+        tool_specs: Strands tool specs (their ``inputSchema`` constrains the arguments).
+        names: the tools the call may be made to (see :func:`tool_choice_names`).
+        parser_name: the family's tool-call format (``hermes`` or ``qwen3_coder``).
+        reasoning: whether a think block comes first: ``none``, ``open`` (the prompt opened it) or
+            ``optional``.
+
+    Raises:
+        ConstraintError: another tool-call format, xgrammar is missing, or a schema it cannot compile.
+    """
     if parser_name not in ("hermes", "qwen3_coder"):
         raise ConstraintError(
             f"tool_choice can only be enforced for the hermes and qwen3_coder tool-call formats, not {parser_name!r}"
@@ -181,7 +200,11 @@ def _resolve_ref(schema: Mapping[str, Any], defs: Mapping[str, Any]) -> Mapping[
 
 
 def json_output_ebnf(schema: str) -> str:
-    """``ebnf`` for a reasoning block the prompt opened, then one JSON value matching ``schema``."""
+    """``ebnf`` for a reasoning block the prompt opened, then one JSON value matching ``schema``.
+
+    Raises:
+        ConstraintError: xgrammar is missing or cannot compile ``schema`` (a JSON schema string).
+    """
     return _json_output_ebnf_cached(schema)
 
 
@@ -196,7 +219,11 @@ def _json_output_ebnf_cached(schema: str) -> str:
 
 
 def merge_constraint(params: dict[str, Any], constraint: Mapping[str, str] | None) -> dict[str, Any]:
-    """``params`` plus ``constraint``; a second constraint would be refused by SGLang, so it fails here."""
+    """``params`` plus ``constraint``; a second constraint would be refused by SGLang, so it fails here.
+
+    Raises:
+        ConstraintError: ``params`` already sets one of SGLang's constraint keys.
+    """
     if not constraint:
         return params
     configured = [key for key in CONSTRAINT_KEYS if params.get(key)]

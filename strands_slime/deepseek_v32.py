@@ -73,7 +73,19 @@ def render_deepseek_v32(
     """Render chat messages (OpenAI-style, like a chat template receives them) as DeepSeek V3.2 text.
 
     A user or tool-result turn always ends ready for the model (``<｜Assistant｜>`` and the think
-    marker), so ``add_generation_prompt`` changes nothing."""
+    marker), so ``add_generation_prompt`` changes nothing.
+
+    Args:
+        messages: the conversation; a system message may only come first.
+        tools: OpenAI-style tool definitions, listed in the system turn.
+        add_generation_prompt: accepted for the chat-template call signature; no effect (see above).
+        enable_thinking: open a think block for the model after the last user turn.
+        tools_preamble: the text introducing the tool list.
+
+    Raises:
+        DeepSeekEncodingError: a message out of order (a late system message, a user or assistant
+            message before every tool call has its result, a result without a call) or an unknown role.
+    """
     last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
     parts = [BOS]
     start = 0

@@ -20,11 +20,23 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .chat import ChatTemplater
+from .episode_metadata import EpisodeMetadata
 from .trajectory import mask_runs
 
 
 @dataclass
 class TrajectoryDrift:
+    """What the text pipeline would change in one trajectory (summed into a :class:`DriftReport`).
+
+    Attributes:
+        output_segments: model output segments (loss-mask runs of 1) checked.
+        bpe_segments: segments whose decode-then-encode gives other ids.
+        bpe_tokens: tokens those segments change.
+        template_tokens: tokens a template re-render changes (0 without a transcript).
+        compared_tokens: tokens the re-render was compared on.
+        examples: a few ``{"kind", "sampled", "text_pipeline"}`` differences.
+    """
+
     output_segments: int = 0
     bpe_segments: int = 0
     bpe_tokens: int = 0
@@ -51,9 +63,12 @@ class DriftReport:
     examples: list[dict[str, Any]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
+        """The report as plain JSON types (``drift.json``)."""
         return asdict(self)
 
     def render_markdown(self) -> str:
+        """``drift.md``: what was checked, a table of changed trajectories and tokens, the examples."""
+
         def pct(part: int, whole: int) -> str:
             return f"{100.0 * part / whole:.1f}%" if whole else "n/a"
 
@@ -186,14 +201,21 @@ def audit(
     *,
     max_examples: int = 6,
 ) -> DriftReport:
-    """Audit records with ``tokens``, ``loss_mask``, ``response_length`` and optionally
-    ``metadata.transcript`` (as written by ``strands-slime rollout --keep-transcript``)."""
+    """Audit records with ``tokens``, ``loss_mask``, ``response_length`` and optionally the episode
+    metadata's ``transcript`` (as written by ``strands-slime rollout --keep-transcript``).
+
+    Raises:
+        ValueError: a record's ``metadata`` is not a mapping (the trajectory's position is named).
+    """
     report = DriftReport()
     for index, record in enumerate(trajectories):
         tokens = record["tokens"]
         mask = record.get("loss_mask") or []
         response_length = int(record.get("response_length") or len(mask))
-        transcript = (record.get("metadata") or {}).get("transcript")
+        try:
+            transcript = EpisodeMetadata.from_metadata(record.get("metadata")).transcript
+        except TypeError as exc:
+            raise ValueError(f"trajectory {index}: {exc}") from exc
         drift = audit_trajectory(
             templater, tokens, mask, transcript, prompt_length=len(tokens) - response_length
         )

@@ -14,6 +14,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .episode_metadata import EpisodeMetadata
+
 __all__ = [
     "EvalSummary",
     "avg_at_k",
@@ -34,6 +36,10 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
     ``1 - C(n - c, k) / C(n, k)``: the chance that at least one of ``k`` samples drawn without
     replacement from the ``n`` is correct. Exact integer arithmetic, so large ``n`` is fine.
+
+    Raises:
+        TypeError: ``n``, ``c`` or ``k`` is not an int (a bool is refused too).
+        ValueError: the counts are impossible (``n < 1``, ``c`` outside ``0..n``, ``k`` outside ``1..n``).
     """
     for name, value in (("n", n), ("c", c), ("k", k)):
         if isinstance(value, bool) or not isinstance(value, int):
@@ -46,7 +52,11 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 
 def avg_at_k(groups: Iterable[Sequence[bool]]) -> float:
-    """avg@k: per-prompt accuracy over its k samples, averaged over prompts (every prompt weighs the same)."""
+    """avg@k: per-prompt accuracy over its k samples, averaged over prompts (every prompt weighs the same).
+
+    Raises:
+        ValueError: there are no groups, or a group has no samples.
+    """
     accuracies = []
     for index, outcomes in enumerate(groups):
         if len(outcomes) == 0:
@@ -143,6 +153,10 @@ def summarize(
     scored, ``correct`` or ``acc``; ``reward`` and ``status`` are optional. Records whose status is in
     ``exclude_statuses`` (aborted samples were never scored) and records without correctness are
     counted (``excluded``/``unscored``, ``status_counts``) but left out of the metrics.
+
+    Raises:
+        TypeError: a record is not a mapping.
+        ValueError: a scorable record has no group id, or a ``ks`` value is outside 1..smallest group.
     """
     excluded_statuses = {status.lower() for status in exclude_statuses}
     groups: dict[Any, list[bool]] = defaultdict(list)
@@ -219,13 +233,18 @@ def summarize_by(
 def record_from_sample(sample: Any, *, reward_key: str | None = None) -> dict[str, Any]:
     """A ``summarize`` record from a slime ``Sample`` (or anything with its attributes).
 
-    Correctness comes from our reward's ``metadata["reward_details"]["acc"]``, else a dict reward's
-    ``acc``; only for rewards from elsewhere does it fall back to ``reward == 1``. An unrewarded
-    sample (``reward is None``) has ``correct = None`` and is counted as unscored.
+    Correctness comes from our reward's verdict (``EpisodeMetadata.reward_details["acc"]``), else a
+    dict reward's ``acc``; only for rewards from elsewhere does it fall back to ``reward == 1``. An
+    unrewarded sample (``reward is None``) has ``correct = None`` and is counted as unscored.
+
+    Args:
+        sample: a slime ``Sample`` or an object with its attributes (missing ones read as None).
+        reward_key: the key of a dict reward's scalar (slime's ``--reward-key``); default ``score``.
+
+    Raises:
+        TypeError: ``sample.metadata`` is neither None nor a mapping.
     """
-    metadata = getattr(sample, "metadata", None)
-    metadata = metadata if isinstance(metadata, dict) else {}
-    details = metadata.get("reward_details")
+    details = EpisodeMetadata.from_metadata(getattr(sample, "metadata", None)).reward_details
     reward = getattr(sample, "reward", None)
     correct: bool | None = None
     if isinstance(details, dict) and isinstance(details.get("acc"), bool):

@@ -18,7 +18,16 @@ STD_NORMALIZED_ESTIMATORS = ("grpo", "gspo", "cispo")
 
 
 def normalize_by_group_index(args: Any, samples: list[Any]) -> tuple[list[float], list[float]]:
-    """``(raw_rewards, rewards)`` in ``samples`` order, as slime's ``_post_process_rewards`` returns."""
+    """``(raw_rewards, rewards)`` in ``samples`` order, as slime's ``_post_process_rewards`` returns.
+
+    A fanned-out episode is several samples with one ``rollout_id``: it counts once in its group's
+    mean and std (slime would count it once per segment), and every segment gets its advantage.
+
+    Args:
+        args: slime's args (``advantage_estimator``, ``rewards_normalization``,
+            ``grpo_std_normalization``, and what ``Sample.get_reward_value`` reads).
+        samples: the rollout's samples; ``group_index`` groups them, ``rollout_id`` joins segments.
+    """
     raw = [float(sample.get_reward_value(args)) for sample in samples]
     estimator = getattr(args, "advantage_estimator", "grpo")
     if estimator not in GROUP_NORMALIZED_ESTIMATORS or not getattr(args, "rewards_normalization", True):

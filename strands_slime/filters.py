@@ -22,6 +22,7 @@ import statistics
 from collections.abc import Iterable
 from typing import Any
 
+from .episode_metadata import EpisodeMetadata
 from .slime_compat import status_name
 
 # slime's check_reward_nonzero_std threshold.
@@ -42,7 +43,7 @@ def _leaves(samples: Iterable[Any]) -> list[Any]:
 def _reward_value(args: Any, sample: Any) -> float:
     """The unshaped score when our reward recorded it, so tool-use shaping cannot make an all-wrong
     group look informative; otherwise the reward slime itself would read."""
-    raw = (getattr(sample, "metadata", None) or {}).get("raw_reward")
+    raw = EpisodeMetadata.from_metadata(getattr(sample, "metadata", None)).raw_reward
     if isinstance(raw, (int, float)) and not isinstance(raw, bool):
         return float(raw)
     reward = sample.reward
@@ -64,7 +65,7 @@ def _lost(sample: Any) -> str | None:
     """Why ``sample`` cannot be trained on as part of its group, or None."""
     if status_name(sample) == "aborted":
         return "server_abort"
-    if (getattr(sample, "metadata", None) or {}).get("infra_error"):
+    if EpisodeMetadata.from_metadata(getattr(sample, "metadata", None)).infra_error:
         return "infra_failure"
     return None
 

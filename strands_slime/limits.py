@@ -19,8 +19,13 @@ from strands.hooks import (
 
 from .errors import ModelCallLimitReached, ToolLimitReached
 
-DEFAULT_MAX_MODEL_CALLS = 128
-"""Strands' nested async generators overflow the stack at a few hundred cycles; stop well before."""
+DEFAULT_MAX_MODEL_CALLS = 64
+"""The one default cap on model calls per episode (the limiter's and the rollout config's).
+
+Strands' nested async generators overflow the stack at a few hundred cycles, so the cap stops well
+before; 64 is still ten times what the default 5 tool rounds need (one call per round plus the answer)."""
+MAX_MODEL_CALLS_LIMIT = 256
+"""The highest ``max_model_calls`` the rollout config accepts (below Strands' recursion failure)."""
 
 
 class ToolLimiter(HookProvider):

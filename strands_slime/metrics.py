@@ -15,23 +15,13 @@ from statistics import fmean
 from typing import Any
 
 from . import slime_compat
+from .client import abort_check_failures
+from .episode_metadata import ANY, MAX, MEAN, TOTAL, MetricSpec, metric_specs
 
 logger = logging.getLogger(__name__)
 
-_MEAN_KEYS = (
-    "tool_iterations",
-    "tool_calls",
-    "parse_errors",
-    "tool_errors",
-    "tool_timeouts",
-    "sandbox_seconds",
-    "turns",
-    "generate_seconds",
-    "retried_turns",
-)
 # always logged, as 0.0 when absent: a metric that disappears is a gap in W&B's charts, not a zero
 _STATUSES = ("completed", "truncated", "aborted", "failed")
-_FINISH_REASONS = ("stop", "length", "abort", "error")
 
 
 def _flatten(samples: Iterable[Any]) -> list[Any]:
@@ -44,43 +34,67 @@ def _flatten(samples: Iterable[Any]) -> list[Any]:
     return flat
 
 
+def _number(value: Any) -> float | None:
+    """A metadata value as a number, or None (absent, text, or a flag)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def _key_metrics(key: str, spec: MetricSpec, metas: list[Mapping[str, Any]]) -> dict[str, float]:
+    """The metrics one metadata key feeds (see :class:`~strands_slime.episode_metadata.MetricSpec`)."""
+    n = len(metas)
+    metrics: dict[str, float] = {}
+    numbers = [v for v in (_number(m.get(key)) for m in metas) if v is not None]
+    for aggregate in spec.aggregates:
+        if aggregate == MEAN:
+            value = fmean(numbers) if numbers else 0.0
+        elif aggregate == MAX:
+            value = max(numbers) if numbers else 0.0
+        elif aggregate == ANY:
+            value = sum(1 for m in metas if m.get(key)) / n
+        elif aggregate == TOTAL:
+            value = float(sum(numbers))
+        else:
+            raise ValueError(f"unknown aggregate {aggregate!r} for metadata key {key!r}")
+        metrics[f"{key}/{aggregate}"] = value
+    if spec.shares is not None:
+        values = [m.get(key) if m.get(key) not in (None, "") else spec.missing for m in metas]
+        counts = Counter(str(v) for v in values if v is not None)
+        for value in sorted({*spec.shares, *counts}):
+            metrics[f"{key}/{value}"] = counts[value] / n
+    if spec.count_as:
+        metrics[spec.count_as] = float(sum(1 for m in metas if m.get(key)))
+    if spec.ratio:
+        name, denominator_key = spec.ratio
+        denominator = sum(_number(m.get(denominator_key)) or 0.0 for m in metas)
+        metrics[name] = sum(numbers) / denominator if denominator else 0.0
+    return metrics
+
+
 def compute_rollout_metrics(samples: Iterable[Any]) -> dict[str, float]:
-    """Means, rates and counts over the samples' metadata (keys without a prefix)."""
+    """Means, rates and counts over the samples' metadata (keys without a prefix).
+
+    Which keys feed which metrics is declared once, in :class:`~strands_slime.episode_metadata.EpisodeMetadata`.
+    """
     flat = _flatten(samples)
     if not flat:
         return {}
     metas: list[Mapping[str, Any]] = [getattr(s, "metadata", None) or {} for s in flat]
     n = len(flat)
     metrics: dict[str, float] = {"samples": float(n)}
-    for key in _MEAN_KEYS:
-        values = [float(m[key]) for m in metas if isinstance(m.get(key), (int, float))]
-        metrics[f"{key}/mean"] = fmean(values) if values else 0.0
-        metrics[f"{key}/max"] = max(values) if values else 0.0
-    for key in ("tool_calls", "parse_errors", "tool_errors", "tool_timeouts"):
-        values = [m.get(key) or 0 for m in metas]
-        metrics[f"{key}/episodes_with_any"] = sum(1 for v in values if v) / n
-    calls = sum(m.get("tool_calls") or 0 for m in metas)
-    metrics["parse_errors/per_call"] = (
-        sum(m.get("parse_errors") or 0 for m in metas) / calls if calls else 0.0
-    )
+    for key, spec in metric_specs().items():
+        metrics.update(_key_metrics(key, spec, metas))
     statuses = Counter(slime_compat.status_name(s) for s in flat)
     for status in sorted({*_STATUSES, *statuses}):
         metrics[f"status/{status}"] = statuses[status] / n
-    reasons = Counter(str(m.get("finish_reason") or "unknown") for m in metas)
-    for reason in sorted({*_FINISH_REASONS, *reasons}):
-        metrics[f"finish_reason/{reason}"] = reasons[reason] / n
-    for reason, count in Counter(str(m["truncation"]) for m in metas if m.get("truncation")).items():
-        metrics[f"truncation/{reason}"] = count / n
-    metrics["infra_failures"] = float(sum(1 for m in metas if m.get("infra_error")))
     metrics["removed_ratio"] = sum(1 for s in flat if getattr(s, "remove_sample", False)) / n
-    prompt = sum(m.get("prompt_tokens") or 0 for m in metas)
-    metrics["prefix_cache_hit_rate"] = (
-        sum(m.get("cached_tokens") or 0 for m in metas) / prompt if prompt else 0.0
-    )
     lengths = [getattr(s, "response_length", 0) or 0 for s in flat]
     metrics["response_length/mean"] = fmean(lengths)
     trained = [sum(getattr(s, "loss_mask", None) or []) for s in flat]
     metrics["model_tokens/mean"] = fmean(trained)
+    # a process total, not per sample: the abort watcher polls flags, not episodes
+    metrics["abort_detection/failed_checks"] = float(abort_check_failures())
     return metrics
 
 

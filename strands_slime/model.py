@@ -31,14 +31,12 @@ from strands.types.streaming import StreamEvent
 from strands.types.tools import ToolChoice, ToolSpec
 
 from .chat import ChatTemplater, get_templater, to_template_messages, tool_specs_to_template_tools
-from .client import (
-    GenerateResponse,
+from .client import GenerateResponse, SGLangClient, run_abortable
+from .client_errors import (
     SGLangAbortedError,
-    SGLangClient,
     SGLangClientError,
     SGLangContextLengthError,
     SGLangThrottledError,
-    run_abortable,
 )
 from .constraints import (
     ReasoningMode,
@@ -400,11 +398,6 @@ class SGLangModel(Model):
         """The explanation a malformed call will get (None for a valid call)."""
         return self._tool_errors.get(tool_use_id)
 
-    def _format_tool_error(self, error: str, raw: str) -> str:
-        shown = raw if len(raw) <= 400 else raw[:400] + "..."
-        expected = self.tool_parser.expected_format
-        return f"Error: invalid tool call: {error}.\nYour call: {shown}\nExpected format: {expected}"
-
     # ------------------------------------------------------------------ prompt assembly
 
     def _new_messages(self, messages: Messages) -> tuple[bool, Messages]:
@@ -664,7 +657,7 @@ class SGLangModel(Model):
             if call.error is not None:
                 self.stats.parse_errors += 1
                 self.stats.parse_error_messages.append(call.error)
-                self._tool_errors[tool_use_id] = self._format_tool_error(call.error, call.raw)
+                self._tool_errors[tool_use_id] = self.tool_parser.explain_error(call.error, call.raw)
             arguments = call.arguments if call.arguments is not None else {}
             yield {"contentBlockStart": {"start": {"toolUse": {"name": call.name, "toolUseId": tool_use_id}}}}
             yield {

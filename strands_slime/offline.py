@@ -27,6 +27,8 @@ from types import SimpleNamespace
 from typing import Any, TextIO
 from urllib.parse import urlparse
 
+from .episode_metadata import EpisodeMetadata
+
 DEMO_DATA = "demo_problems.jsonl"
 DEMO_SCRIPT = "demo_script.json"
 DEFAULT_MAX_FAILURE_RATE = 0.1
@@ -39,11 +41,18 @@ class RolloutError(Exception):
 
 
 def bundled(name: str) -> Path:
+    """The path of a file shipped in ``strands_slime/data`` (the demo problems and script)."""
     return Path(str(resources.files("strands_slime") / "data" / name))
 
 
 @dataclass
 class RolloutOptions:
+    """The settings of one offline rollout: the CLI's flags, one field each (see ``rollout --help``).
+
+    ``base_url`` None runs an embedded dev server (``backend``, ``script``, ``model``); the sampling
+    fields become slime's sampling params and the counts slime's ``args``.
+    """
+
     data: Path
     out: Path
     base_url: str | None = None
@@ -73,6 +82,11 @@ class RolloutOptions:
     wandb_run_name: str | None = None
 
     def validate(self) -> None:
+        """Refuse settings that could only fail later (before any server starts or data is read).
+
+        Raises:
+            RolloutError: a count, limit, rate or timeout out of range (the flag is named).
+        """
         if self.n_samples < 1 or self.concurrency < 1:
             raise RolloutError("--n-samples and --concurrency must be >= 1")
         if self.limit is not None and self.limit < 1:
@@ -117,7 +131,18 @@ def _parquet_rows(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
 
 
 def load_rows(path: Path, input_key: str, label_key: str, limit: int | None) -> list[dict[str, Any]]:
-    """Read a slime-style dataset (``.jsonl`` or ``.parquet``), naming the place of any bad row."""
+    """Read a slime-style dataset (``.jsonl`` or ``.parquet``), naming the place of any bad row.
+
+    Args:
+        path: the dataset file (``.parquet`` by suffix, anything else is read as JSONL).
+        input_key: the prompt's key; every row must have it.
+        label_key: the label's key; every row must have it.
+        limit: read only the first ``limit`` rows (None: all).
+
+    Raises:
+        RolloutError: the file is missing, empty or unreadable, a line is not a JSON object, a row
+            lacks a key, or reading parquet needs pyarrow.
+    """
     if not path.is_file():
         raise RolloutError(f"dataset {path} does not exist")
     reader = _parquet_rows(path) if path.suffix == ".parquet" else _jsonl_rows(path)
@@ -179,7 +204,14 @@ def sampling_params(options: RolloutOptions) -> dict[str, Any]:
 
 
 async def probe_server(url: str, timeout_s: float) -> dict[str, Any]:
-    """``GET /health`` then ``/model_info`` within ``timeout_s``: a dead URL fails in seconds, not after retries."""
+    """``GET /health`` then ``/model_info`` within ``timeout_s``: a dead URL fails in seconds, not after retries.
+
+    Returns:
+        The server's ``/model_info`` (empty when it has none: not every server implements it).
+
+    Raises:
+        RolloutError: the server is unreachable, unhealthy or silent for ``timeout_s``.
+    """
     import aiohttp
 
     base = (url if "://" in url else f"http://{url}").rstrip("/")
@@ -302,6 +334,10 @@ def _read_finished(path: Path) -> list[dict[str, Any]]:
                 break
             if not isinstance(record, dict) or "group_index" not in record:
                 raise RolloutError(f"{path}:{number}: not a strands-slime sample; cannot resume from it")
+            try:  # the summary reads every record's episode metadata
+                EpisodeMetadata.from_metadata(record.get("metadata"))
+            except TypeError as exc:
+                raise RolloutError(f"{path}:{number}: {exc}; cannot resume from it") from exc
             records.append(record)
             good_bytes += len(line)
     if good_bytes < path.stat().st_size:
@@ -315,16 +351,23 @@ def _failed(record: dict[str, Any]) -> bool:
 
 
 def failure_reasons(records: list[dict[str, Any]], top: int = 3) -> list[tuple[str, int]]:
-    """The most common ``metadata.infra_error`` of failed samples (first line, shortened)."""
+    """The most common ``infra_error`` (episode metadata) of failed samples, first line, shortened.
+
+    Returns:
+        Up to ``top`` ``(reason, samples)`` pairs, the most frequent first.
+    """
     reasons: Counter[str] = Counter()
     for record in records:
         if _failed(record):
-            reason = str((record.get("metadata") or {}).get("infra_error") or "no reason recorded")
+            reason = str(
+                EpisodeMetadata.from_metadata(record.get("metadata")).infra_error or "no reason recorded"
+            )
             reasons[reason.strip().splitlines()[0][:200] if reason.strip() else "no reason recorded"] += 1
     return reasons.most_common(top)
 
 
 def package_versions() -> dict[str, str | None]:
+    """Python's and the relevant packages' versions for the summary (None: not installed)."""
     versions: dict[str, str | None] = {"python": platform.python_version()}
     for name in _VERSIONED_PACKAGES:
         try:
@@ -376,7 +419,13 @@ class _Interrupt:
 async def run_rollout(options: RolloutOptions) -> dict[str, Any]:
     """Generate + reward every (prompt, sample) pair not yet in ``samples.jsonl``; write the summary.
 
-    Returns the summary; ``summary["interrupted"]`` names the signal when one stopped the run.
+    Returns:
+        The summary (also in ``summary.json``/``summary.md``); ``summary["interrupted"]`` names the
+        signal when one stopped the run.
+
+    Raises:
+        RolloutError: bad options, data, config, tokenizer or server, or a ``--resume`` file that is
+            not this run's; all are found before any episode starts.
     """
     from tqdm.auto import tqdm
 
@@ -501,6 +550,17 @@ def build_summary(
     config: Any,
     tokenizer: str,
 ) -> dict[str, Any]:
+    """The run's summary: evaluation (accuracy, pass@k), agent metrics, failures, throughput and settings.
+
+    Args:
+        options: the run's settings.
+        rows: the dataset rows (for the expected sample count).
+        records: the finished ``samples.jsonl`` records this run planned (resumed ones included).
+        wall: seconds the episodes took.
+        params: the sampling params sent.
+        config: the rollout config (a pydantic model; dumped as JSON).
+        tokenizer: the tokenizer path used.
+    """
     from .eval_metrics import record_from_sample, summarize
     from .metrics import compute_rollout_metrics
     from .slime_compat import Sample
@@ -549,11 +609,13 @@ def build_summary(
 
 
 def write_summary(out: Path, summary: dict[str, Any]) -> None:
+    """Write ``summary.json`` and ``summary.md`` into ``out``."""
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     (out / "summary.md").write_text(summary_markdown(summary), encoding="utf-8")
 
 
 def summary_markdown(summary: dict[str, Any]) -> str:
+    """``summary.md``: the summary's evaluation, agent, throughput, failure and version tables."""
     agent = summary["agent"]
     throughput = summary["throughput"]
     evaluation = summary["evaluation"]
@@ -590,6 +652,13 @@ def summary_markdown(summary: dict[str, Any]) -> str:
 
 
 def print_summary(summary: dict[str, Any], out: Path, stream: TextIO | None = None) -> None:
+    """A few lines for the terminal (accuracy, statuses, tool use, throughput, failures, file paths).
+
+    Args:
+        summary: what :func:`build_summary` returned.
+        out: the run's output directory (its files are named).
+        stream: where to print (default: stdout).
+    """
     stream = stream or sys.stdout
     evaluation = summary["evaluation"]
     agent = summary["agent"]
@@ -620,6 +689,7 @@ def print_summary(summary: dict[str, Any], out: Path, stream: TextIO | None = No
 
 
 def print_failures(summary: dict[str, Any], stream: TextIO) -> None:
+    """The failed-sample count and its top reasons; nothing when no sample failed."""
     failures = summary["failures"]
     if not failures["failed"]:
         return
@@ -649,7 +719,14 @@ def flat_metrics(summary: dict[str, Any]) -> dict[str, float]:
 
 
 def log_to_wandb(options: RolloutOptions, summary: dict[str, Any]) -> str:
-    """Log the run's metrics and settings to W&B (``WANDB_MODE=offline`` works); returns the run dir."""
+    """Log the run's metrics and settings to W&B (``WANDB_MODE=offline`` works).
+
+    Returns:
+        The W&B run directory.
+
+    Raises:
+        RolloutError: wandb is not installed or cannot start a run (the results are already written).
+    """
     try:
         import wandb
     except ImportError as exc:

@@ -12,10 +12,10 @@ import asyncio
 import logging
 import math
 import re
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
-
+from strands_slime.config import RewardConfig, get_rollout_config
+from strands_slime.episode_metadata import EpisodeMetadata, write_keys
 from strands_slime.math_answer import AnswerCheck, check_answer_async, get_math_verifier
 
 __all__ = [
@@ -29,75 +29,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-_LINEAR_FIELDS = ("linear_per_iteration", "linear_baseline_iterations", "linear_cap")
-
-
-class RewardConfig(BaseModel):
-    """The ``reward:`` section of the rollout YAML; every field has a working default."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    shaping: Literal["strands_example", "linear", "none"] = Field(
-        "none",
-        description=(
-            "How wrong training answers are shaped; off by default because GRPO's std normalisation "
-            "turns the small differences it makes inside an all-wrong group into full-size advantages "
-            "(docs/reward.md). strands_example: min(-0.6, incorrect_reward + "
-            "(n - 2) / 2 * 0.1) as in slime's strands example; linear: min(linear_cap, "
-            "incorrect_reward + linear_per_iteration * (n - linear_baseline_iterations)); none: no "
-            "shaping. n counts tool use (see shaping_count). Evaluation samples are never shaped."
-        ),
-    )
-    shaping_count: Literal["tool_iterations", "tool_calls"] = Field(
-        "tool_iterations", description="Which metadata counter shaping reads as n."
-    )
-    linear_per_iteration: float = Field(0.05, description="linear shaping: reward per tool-use unit.")
-    linear_baseline_iterations: float = Field(2.0, description="linear shaping: n at which nothing is added.")
-    linear_cap: float = Field(-0.6, description="linear shaping: a shaped wrong answer never exceeds this.")
-    correct_reward: float = Field(1.0, description="Reward of a correct answer (slime's DAPO uses 1.0).")
-    incorrect_reward: float = Field(-1.0, description="Reward of a wrong or missing answer before shaping.")
-    output: Literal["auto", "float", "dict"] = Field(
-        "auto",
-        description=(
-            "float: return the reward; dict: return {score, acc, pred, ...} for --reward-key; auto: "
-            "dict exactly when slime's --reward-key (--eval-reward-key for evaluation) is set."
-        ),
-    )
-    answer_window: int = Field(300, ge=1, description="Characters at the end of the final text searched.")
-    strict_box_window: int = Field(
-        100, ge=1, description="Characters at the end of the final text searched for \\boxed{} (strict mode)."
-    )
-    reject_conflicting_answers: bool = Field(
-        True,
-        description=(
-            "Score as wrong when the 'Answer:' line and the last \\boxed{} give different answers, "
-            "so that hedging across both forms is never rewarded."
-        ),
-    )
-    math_verify: bool = Field(
-        True,
-        description="Use math-verify (when installed) for answers that string/number checks can't decide.",
-    )
-    math_verify_timeout_s: float = Field(
-        2.0,
-        gt=0,
-        le=600,
-        description="Hard deadline for one math-verify check; the worker is killed past it.",
-    )
-    math_verify_workers: int = Field(
-        1, ge=1, le=64, description="math-verify worker processes (started lazily, kept warm)."
-    )
-
-    @model_validator(mode="after")
-    def _linear_fields_need_linear_shaping(self) -> RewardConfig:
-        stray = [name for name in _LINEAR_FIELDS if name in self.model_fields_set]
-        if stray and self.shaping != "linear":
-            raise ValueError(
-                f"{', '.join(stray)} only apply with shaping: linear (shaping is {self.shaping!r})"
-            )
-        return self
-
 
 # ----------------------------------------------------------------------------------------------
 # What gets scored
@@ -125,7 +56,9 @@ def scoring_text(sample: Any) -> str:
     kept; a message whose ``<think>`` is never closed has no answer (empty string).
     """
     metadata = getattr(sample, "metadata", None)
-    text = _as_text(metadata.get("final_text")) if isinstance(metadata, dict) else None
+    text = (
+        _as_text(EpisodeMetadata.from_metadata(metadata).final_text) if isinstance(metadata, dict) else None
+    )
     if text is None:
         response = _as_text(getattr(sample, "response", None)) or ""
         marker = response.rfind(_ASSISTANT_TURN)
@@ -149,7 +82,7 @@ _MAX_COUNT = 100_000
 
 
 def _tool_count(sample: Any, metadata: dict[str, Any], counter: str) -> int | None:
-    value = metadata.get(counter)
+    value = getattr(EpisodeMetadata.from_metadata(metadata), counter) if counter in metadata else None
     if value is None and counter == "tool_iterations":
         value = getattr(sample, "tool_iters", None)  # slime's strands example sets this attribute
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -181,7 +114,7 @@ def _is_evaluation(metadata: object) -> bool:
     """``metadata["evaluation"]`` is True (set by our generate, or an eval config's metadata_overrides)."""
     if not isinstance(metadata, dict):
         return False
-    value = metadata.get("evaluation")
+    value = EpisodeMetadata.from_metadata(metadata).evaluation
     try:
         return value is True or (not isinstance(value, str) and bool(value == 1))
     except Exception:  # exotic objects (arrays) whose comparison raises
@@ -209,19 +142,11 @@ def _package(
 
 
 def _infra_failure_reward(args: Any) -> float:
-    try:
-        from strands_slime.config import get_rollout_config
-    except ImportError:
-        return 0.0
     return float(get_rollout_config(args).infra_failure_reward)
 
 
 def _config_for(args: Any) -> RewardConfig:
     if args is None:
-        return RewardConfig()
-    try:
-        from strands_slime.config import get_rollout_config
-    except ImportError:
         return RewardConfig()
     return get_rollout_config(args).reward
 
@@ -315,7 +240,11 @@ def _is_removed_infra_failure(sample: Any) -> bool:
     try:
         metadata = getattr(sample, "metadata", None)
         removed = getattr(sample, "remove_sample", False) is True
-        return removed and isinstance(metadata, dict) and bool(metadata.get("infra_error"))
+        return (
+            removed
+            and isinstance(metadata, dict)
+            and bool(EpisodeMetadata.from_metadata(metadata).infra_error)
+        )
     except Exception:
         return False
 
@@ -330,8 +259,7 @@ def _record(sample: Any, details: dict[str, Any]) -> None:
         except (AttributeError, TypeError):
             return
     if isinstance(metadata, dict):
-        metadata["raw_reward"] = details["raw_score"]
-        metadata["reward_details"] = dict(details)
+        write_keys(metadata, raw_reward=details["raw_score"], reward_details=dict(details))
 
 
 async def _reward_one(args: Any, sample: Any, config: RewardConfig) -> float | dict[str, Any]:

@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import copy
 import functools
-import gc
 import logging
 import math
 import random
@@ -33,21 +32,22 @@ from strands.types.exceptions import MaxTokensReachedException
 from . import slime_compat, startup
 from .chat import get_templater
 from .chat_families import UnsupportedChatTemplate
-from .client import SGLangAbortedError, SGLangClient, SGLangClientError
+from .client import SGLangClient
+from .client_errors import SGLangAbortedError, SGLangClientError
 from .config import ConfigError, RolloutConfig, get_rollout_config
+from .episode_metadata import EPISODE_METADATA_KEYS, RESTARTS_KEY, EpisodeMetadata, write_keys
 from .errors import EpisodeEnded, GenerationAborted, find_episode_end
 from .limits import ToolLimiter
 from .model import SGLangModel
 from .reward import preset_reward
+from .runtime import get_runtime
 from .tokenizer import load_tokenizer
 from .trajectory import TokenTrajectory
 
 logger = logging.getLogger(__name__)
 
-_CLIENTS: dict[tuple[Any, ...], SGLangClient] = {}
 STICKY_ROUTER_POLICIES = ("consistent_hashing", "manual")
 """Router policies that pin requests carrying the same ``X-SMG-Routing-Key`` to one engine."""
-_LOGGED_ERRORS: set[str] = set()
 
 
 @dataclass
@@ -60,28 +60,25 @@ class EpisodeOutcome:
     aborted_by_slime: bool = False
 
 
-GC_THRESHOLDS = (50_000, 20, 100)
-_GC_TUNED = False
+#: Gen-0 threshold 10,000, not 50,000: a gen-0 collection's pause grows with the threshold, and at
+#: 50,000 it held the loop for 60-98 ms of CPU in the soak (benchmarks/soak.py, 64 episodes in flight;
+#: 11-22 ms at 10,000, with less collector CPU in total); the goal is no loop iteration over 50 ms.
+GC_THRESHOLDS = (10_000, 20, 100)
 
 
 def tune_gc_once() -> None:
     """Freeze the long-lived heap (slime's and ours) and collect young objects less often.
 
     Hundreds of episodes allocate many short-lived objects; with the default thresholds the collector
-    rescans everything alive again and again. Measured in benchmarks/ (docs/benchmarks.md)."""
-    global _GC_TUNED
-    if _GC_TUNED:
-        return
-    _GC_TUNED = True
-    gc.freeze()
-    current = gc.get_threshold()
-    gc.set_threshold(*(max(a, b) for a, b in zip(current, GC_THRESHOLDS, strict=True)))
+    rescans everything alive again and again. Measured in benchmarks/ (docs/benchmarks.md). The runtime
+    owns the tuning: its ``reset``/``close`` undo it."""
+    get_runtime().tune_gc(GC_THRESHOLDS)
 
 
-def _log_once(message: str) -> None:
-    if message not in _LOGGED_ERRORS:
-        _LOGGED_ERRORS.add(message)
-        logger.error(message)
+def _log_once(message: str, *, level: int = logging.ERROR, key: str | None = None) -> None:
+    """Log ``message`` the first time its ``key`` (default: the message) occurs in this process."""
+    if get_runtime().first_time(message if key is None else key):
+        logger.log(level, message)
 
 
 def get_client(args: Any, config: RolloutConfig) -> SGLangClient:
@@ -92,8 +89,9 @@ def get_client(args: Any, config: RolloutConfig) -> SGLangClient:
         getattr(args, "sglang_router_port", None),
         settings.model_dump_json(),
     )
-    client = _CLIENTS.get(key)
-    if client is None or client._closed:
+    clients = get_runtime().clients
+    client = clients.get(key)
+    if client is None or client.closed:
         overrides: dict[str, Any] = {
             "timeout": settings.timeout_s,
             "max_retries": settings.max_retries,
@@ -106,7 +104,7 @@ def get_client(args: Any, config: RolloutConfig) -> SGLangClient:
         if settings.max_connections:
             overrides["max_connections"] = settings.max_connections
         client = SGLangClient.from_slime_args(args, **overrides)
-        _CLIENTS[key] = client
+        clients[key] = client
     return client
 
 
@@ -137,27 +135,24 @@ async def get_tokenizer(args: Any, config: RolloutConfig) -> Any:
 def _chat_template(config: RolloutConfig) -> str | None:
     if not config.chat_template_path:
         return None
-    return _read_text_cached(config.chat_template_path)
+    return get_runtime().read_text(config.chat_template_path)
 
 
-_TEXT_CACHE: dict[str, str] = {}
-
-
-def _read_text_cached(path: str) -> str:
-    if path not in _TEXT_CACHE:
-        with open(path, encoding="utf-8") as handle:
-            _TEXT_CACHE[path] = handle.read()
-    return _TEXT_CACHE[path]
+def _refuse_templated_prompt(prompt: Any, templater: Any) -> None:
+    """A string prompt that ends with the chat template's own generation prompt was templated already
+    (slime's ``--apply-chat-template``); templating it again would train on a doubled template, in
+    every sample, so the job stops. A plain prompt that ends with the word "assistant" is fine."""
+    if isinstance(prompt, str) and templater.ends_with_generation_prompt(prompt):
+        raise ConfigError(
+            "sample.prompt is already chat-templated (it ends with the template's generation prompt "
+            f"{templater.assistant_header!r}; slime's --apply-chat-template?); agent rollouts template the "
+            "prompt themselves: drop that flag"
+        )
 
 
 def _prompt_parts(prompt: Any) -> tuple[str | None, list[dict[str, Any]], str]:
     """``(system override, history, last user text)`` from a string or a chat-message list."""
     if isinstance(prompt, str):
-        if "<|im_start|>" in prompt or prompt.rstrip().endswith("assistant"):
-            raise ConfigError(
-                "sample.prompt is already chat-templated (slime's --apply-chat-template?); agent rollouts "
-                "template the prompt themselves: drop that flag"
-            )
         return None, [], prompt
     if not isinstance(prompt, list) or not prompt:
         raise ConfigError(
@@ -184,40 +179,6 @@ def _prompt_parts(prompt: Any) -> tuple[str | None, list[dict[str, Any]], str]:
     return system, history, last["content"][0]["text"]
 
 
-EPISODE_METADATA_KEYS = frozenset(
-    {
-        # written by generate (see _episode_metadata)
-        "evaluation",
-        "tool_iterations",
-        "tool_calls",
-        "parse_errors",
-        "tool_errors",
-        "tool_timeouts",
-        "sandbox_seconds",
-        "finish_reason",
-        "turns",
-        "final_text",
-        "infra_error",
-        "abort_source",
-        "prompt_tokens",
-        "cached_tokens",
-        "completion_tokens",
-        "retried_turns",
-        "masked_null_logprobs",
-        "truncation",
-        "turn_seconds",
-        "transcript",
-        "generate_seconds",
-        "fanout_segment",
-        "fanout_segments",
-        # written by reward_func and by generate's preset reward
-        "raw_reward",
-        "reward_details",
-    }
-)
-"""Every ``sample.metadata`` key one attempt (generate, then the reward) writes; a sample slime sends
-back (ABORTED, FAILED, any status) loses them all before the next attempt."""
-
 _ATTEMPT_FIELDS: dict[str, Any] = {
     "response": "",
     "response_length": 0,
@@ -242,7 +203,7 @@ def reset_attempt(sample: Any) -> None:
     for key in EPISODE_METADATA_KEYS:
         metadata.pop(key, None)
     if previous:
-        metadata["restarts"] = int(metadata.get("restarts", 0)) + 1
+        metadata[RESTARTS_KEY] = int(EpisodeMetadata.from_metadata(metadata).restarts or 0) + 1
     sample.metadata = metadata
     sample.status = slime_compat.status(sample, "PENDING")
 
@@ -362,6 +323,7 @@ async def _run_episode(
         request_trace=slime_compat.request_trace(sample),
         new_segment_on_context_change=_fans_out(config, evaluation),
     )
+    _refuse_templated_prompt(sample.prompt, model.templater)
     limiter = ToolLimiter(
         config.max_tool_iters, config.max_tool_calls, max_model_calls=config.max_model_calls
     )
@@ -495,7 +457,29 @@ def _replay_trajectory(args: Any, sample: Any, trajectory: Any, want_top_p: bool
         if math.isinf(value) or math.isnan(value):  # the server sent no logprob: train nothing there
             mask[i], logprobs[i] = 0, 0.0
             masked += 1
+    if masked:
+        _warn_masked_logprobs_once(trajectory, masked)
     return masked
+
+
+def _warn_masked_logprobs_once(trajectory: TokenTrajectory, masked: int) -> None:
+    """One WARNING per process and cause: model tokens without a logprob are silently untrained."""
+    whole_replies = sum(
+        1
+        for segment in trajectory.segment_info
+        if segment.is_output
+        and all(math.isinf(v) for v in trajectory.logprobs[segment.start : segment.start + segment.length])
+    )
+    if whole_replies:
+        cause = "a /generate reply had no logprob for any of its output tokens (return_logprob ignored?)"
+    else:
+        cause = "the server returned null logprobs for some output tokens"
+    _log_once(
+        f"masked {masked} model token(s) out of training because {cause}; counted per sample in "
+        "metadata.masked_null_logprobs (rollout/strands/masked_null_logprobs/*); logged once per process",
+        level=logging.WARNING,
+        key=f"masked_null_logprobs: {cause}",
+    )
 
 
 def _check_replay_meta(meta: Mapping[str, Any], want_top_p: bool, replay_experts: bool) -> None:
@@ -541,34 +525,37 @@ def _episode_metadata(
     config: RolloutConfig,
     evaluation: bool,
     masked: int,
-) -> dict[str, Any]:
+    abort_detection: str,
+) -> EpisodeMetadata:
+    """What this attempt records about the episode (see :class:`EpisodeMetadata` for every key)."""
     stats = model.stats if model is not None else None
-    metadata: dict[str, Any] = {
-        "evaluation": evaluation,
-        "tool_iterations": limiter.tool_iter_count if limiter else 0,
-        "tool_calls": limiter.tool_call_count if limiter else 0,
-        "parse_errors": stats.parse_errors if stats else 0,
-        "tool_errors": getattr(tool_stats, "errors", 0),
-        "tool_timeouts": getattr(tool_stats, "timeouts", 0),
-        "sandbox_seconds": round(float(getattr(tool_stats, "seconds", 0.0)), 6),
-        "finish_reason": outcome.finish_reason,
-        "turns": stats.model_calls if stats else 0,
-        "final_text": (model.last_output_text if model is not None else None) or "",
-        "infra_error": outcome.infra_error,
-        "prompt_tokens": stats.prompt_tokens if stats else 0,
-        "cached_tokens": stats.cached_tokens if stats else 0,
-        "completion_tokens": stats.completion_tokens if stats else 0,
-        "retried_turns": stats.rolled_back_turns if stats else 0,
-        "turn_seconds": [round(t, 6) for t in stats.turn_seconds] if stats else [],
-        "masked_null_logprobs": masked,
-    }
+    record = EpisodeMetadata(
+        evaluation=evaluation,
+        tool_iterations=limiter.tool_iter_count if limiter else 0,
+        tool_calls=limiter.tool_call_count if limiter else 0,
+        parse_errors=stats.parse_errors if stats else 0,
+        tool_errors=getattr(tool_stats, "errors", 0),
+        tool_timeouts=getattr(tool_stats, "timeouts", 0),
+        sandbox_seconds=round(float(getattr(tool_stats, "seconds", 0.0)), 6),
+        finish_reason=outcome.finish_reason,
+        turns=stats.model_calls if stats else 0,
+        final_text=(model.last_output_text if model is not None else None) or "",
+        infra_error=outcome.infra_error,
+        prompt_tokens=stats.prompt_tokens if stats else 0,
+        cached_tokens=stats.cached_tokens if stats else 0,
+        completion_tokens=stats.completion_tokens if stats else 0,
+        retried_turns=stats.rolled_back_turns if stats else 0,
+        turn_seconds=[round(t, 6) for t in stats.turn_seconds] if stats else [],
+        masked_null_logprobs=masked,
+        abort_detection=abort_detection,
+    )
     if outcome.status == "ABORTED":
-        metadata["abort_source"] = "slime" if outcome.aborted_by_slime else "server"
+        record.abort_source = "slime" if outcome.aborted_by_slime else "server"
     if outcome.status == "TRUNCATED":
-        metadata["truncation"] = outcome.finish_reason
+        record.truncation = outcome.finish_reason
     if config.keep_transcript and model is not None:
-        metadata["transcript"] = model.transcript()
-    return metadata
+        record.transcript = model.transcript()
+    return record
 
 
 def _fill_sample(
@@ -583,6 +570,7 @@ def _fill_sample(
     tokenizer: Any,
     want_top_p: bool,
     trajectory: TokenTrajectory | None = None,
+    abort_detection: str = "off",
 ) -> Any:
     if trajectory is None and model is not None:
         trajectory = model.trajectory
@@ -600,7 +588,10 @@ def _fill_sample(
     )
     sample.status = slime_compat.status(sample, outcome.status)
     metadata = dict(getattr(sample, "metadata", None) or {})
-    metadata.update(_episode_metadata(outcome, model, limiter, tool_stats, config, evaluation, masked))
+    record = _episode_metadata(
+        outcome, model, limiter, tool_stats, config, evaluation, masked, abort_detection
+    )
+    metadata.update(record.to_metadata())
     sample.metadata = metadata
     sample.non_generation_time = float(getattr(tool_stats, "seconds", 0.0))
     if outcome.infra_error and outcome.status != "ABORTED":
@@ -616,7 +607,7 @@ def _remove(args: Any, sample: Any, config: RolloutConfig, evaluation: bool) -> 
         args, config.infra_failure_reward, evaluation=evaluation, config=config.reward
     )
     # slime logs raw_reward when any sample has it; keep it numeric on every sample
-    sample.metadata["raw_reward"] = config.infra_failure_reward
+    write_keys(sample.metadata, raw_reward=config.infra_failure_reward)
 
 
 def _placeholder_prompt(model: SGLangModel | None, sample: Any, tokenizer: Any) -> list[int]:
@@ -651,7 +642,8 @@ async def generate(
 
 async def _generate(args: Any, sample: Any, sampling_params: Mapping[str, Any], evaluation: bool) -> Any:
     started = time.perf_counter()
-    abort_check = slime_compat.abort_check(args)
+    abort_flag = slime_compat.abort_flag(args)
+    abort_check = abort_flag.check
     reset_attempt(sample)
     config = get_rollout_config(args)  # a ConfigError propagates: see the docstring
     if _fans_out(config, evaluation):
@@ -705,20 +697,28 @@ async def _generate(args: Any, sample: Any, sampling_params: Mapping[str, Any], 
                 tokenizer,
                 want_top_p,
                 trajectory=trajectory,
+                abort_detection=abort_flag.source,
             )
         except ConfigError:
             raise
         except Exception as exc:  # last line of defence: still a valid, removed sample
             logger.exception("strands_slime could not fill the sample")
-            _fill_dead(args, current, config, f"{type(exc).__name__}: {exc}", evaluation, want_top_p)
-        current.metadata["generate_seconds"] = round(time.perf_counter() - started, 6)
+            _fill_dead(
+                args,
+                current,
+                config,
+                f"{type(exc).__name__}: {exc}",
+                evaluation,
+                want_top_p,
+                abort_flag.source,
+            )
+        write_keys(current.metadata, generate_seconds=round(time.perf_counter() - started, 6))
     if not _fans_out(config, evaluation):
         return sample
     rollout_id = sample.index if isinstance(sample.index, int) else random.getrandbits(62)
     for position, current in enumerate(samples):
         current.rollout_id = rollout_id
-        current.metadata["fanout_segment"] = position
-        current.metadata["fanout_segments"] = len(samples)
+        write_keys(current.metadata, fanout_segment=position, fanout_segments=len(samples))
     return samples
 
 
@@ -732,14 +732,20 @@ def _check_fanout_args(args: Any) -> None:
 
 
 def _fill_dead(
-    args: Any, sample: Any, config: RolloutConfig, reason: str, evaluation: bool, want_top_p: bool
+    args: Any,
+    sample: Any,
+    config: RolloutConfig,
+    reason: str,
+    evaluation: bool,
+    want_top_p: bool,
+    abort_detection: str,
 ) -> None:
+    """The last line of defence: a valid, removed sample carrying the reason filling it failed."""
     _clear_attempt_fields(sample)
     _start_response(sample, [0], want_top_p)
     _append_inert_token(args, sample, None)
     _fill_missing_routed_experts(args, sample)
     metadata = dict(getattr(sample, "metadata", None) or {})
-    metadata["infra_error"] = reason
-    metadata["evaluation"] = evaluation
+    write_keys(metadata, infra_error=reason, evaluation=evaluation, abort_detection=abort_detection)
     sample.metadata = metadata
     _remove(args, sample, config, evaluation)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import array
 import base64
 import functools
+import importlib.util
+import logging
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -16,6 +18,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
+
+from .runtime import get_runtime
+
+logger = logging.getLogger(__name__)
 
 _TOP_P_TOKEN_ID_META_KEYS = ("top_p_token_ids", "top_p_kept_token_ids")
 _TOP_P_TOKEN_OFFSET_META_KEYS = ("top_p_token_offsets", "top_p_kept_token_offsets")
@@ -413,22 +419,23 @@ def status_name(sample: Any) -> str:
     return str(getattr(value, "value", value) or "pending")
 
 
-_IMPORT_FAILED = False
+_IMPORT_ERROR: str | None = None
+"""Why slime's ``GenerateState`` could not be imported (None: not tried, or imported)."""
 
 
 def _generate_state_class() -> Any | None:
     """slime's ``GenerateState``. A failed import costs ~0.1 ms, too much per episode: it is tried once,
     and again only if someone imported (or stubbed) slime's module since."""
-    global _IMPORT_FAILED
+    global _IMPORT_ERROR
     module = sys.modules.get("slime.rollout.sglang_rollout")
     if module is not None:
         return getattr(module, "GenerateState", None)
-    if _IMPORT_FAILED:
+    if _IMPORT_ERROR is not None:
         return None
     try:
         from slime.rollout.sglang_rollout import GenerateState
-    except ImportError:
-        _IMPORT_FAILED = True
+    except ImportError as exc:
+        _IMPORT_ERROR = f"cannot import slime.rollout.sglang_rollout: {type(exc).__name__}: {exc}"
         return None
     return GenerateState
 
@@ -439,27 +446,90 @@ def _slime_generate_state(args: Any) -> Any | None:
         return None
     try:
         return state_class(args)
-    except Exception:  # pragma: no cover - slime present but not set up (e.g. outside a rollout actor)
+    except Exception as exc:  # slime present but not set up (e.g. outside a rollout actor)
+        _warn_abort_off_once(f"slime's GenerateState(args) raised {type(exc).__name__}: {exc}")
         return None
 
 
-def abort_check(args: Any) -> Callable[[], bool]:
-    """A callable that is True once slime aborted this rollout.
+@dataclass(frozen=True)
+class AbortFlag:
+    """The abort flag an episode watches, and where it comes from.
+
+    Attributes:
+        check: True once the rollout is aborted.
+        source: ``slime`` (``GenerateState(args).aborted``), ``abort_event`` (``args.abort_event``) or
+            ``off`` (nothing can abort the episode; logged once per process with the cause).
+    """
+
+    check: Callable[[], bool]
+    source: str
+
+
+def _never_aborted() -> bool:
+    return False
+
+
+def _abort_off_key(cause: str) -> str:
+    return f"abort detection off: {cause}"
+
+
+def _warn_abort_off_once(cause: str, *, level: int = logging.WARNING) -> None:
+    """One log line per process and cause: without a flag, slime's abort cannot stop an episode."""
+    if not get_runtime().first_time(_abort_off_key(cause)):
+        return
+    logger.log(
+        level,
+        "strands_slime abort detection is off: %s; an aborted rollout's episodes run to their end "
+        "(metadata.abort_detection = 'off')",
+        cause,
+    )
+
+
+def abort_flag(args: Any) -> AbortFlag:
+    """The flag that is True once slime aborted this rollout, and its source.
 
     slime's flag is ``GenerateState(args).aborted``. Without slime, ``args.abort_event`` (a
     ``threading.Event``/``asyncio.Event`` or a zero-argument callable) plays that role for the CLI
-    and tests."""
+    and tests. Without either, detection is ``off``: logged once per process (a WARNING when slime is
+    installed but its flag cannot be read) and counted in ``metadata.abort_detection``.
+
+    Raises:
+        TypeError: ``args.abort_event`` is neither an event nor a callable.
+    """
     state = _slime_generate_state(args)
     if state is not None:
-        return _state_aborted(state)
+        if hasattr(state, "aborted"):
+            return AbortFlag(_state_aborted(state), "slime")
+        _warn_abort_off_once(
+            f"slime's {type(state).__name__} has no 'aborted' attribute (strands_slime targets THUDM/slime "
+            "624b824 or later)"
+        )
     event = getattr(args, "abort_event", None)
     if event is None:
-        return lambda: False
+        if state is None:
+            _log_missing_slime_flag()
+        return AbortFlag(_never_aborted, "off")
     if isinstance(event, threading.Event) or hasattr(event, "is_set"):
-        return event.is_set
+        return AbortFlag(event.is_set, "abort_event")
     if callable(event):
-        return lambda: bool(event())
+        return AbortFlag(lambda: bool(event()), "abort_event")
     raise TypeError(f"args.abort_event must be an Event or a callable, got {type(event).__name__}")
+
+
+def _log_missing_slime_flag() -> None:
+    """Say once why slime's flag is missing: a WARNING when slime is installed (its import or its
+    ``GenerateState`` is broken), an INFO line when it is not (an offline run without an abort event)."""
+    module = sys.modules.get("slime.rollout.sglang_rollout")
+    if module is not None and getattr(module, "GenerateState", None) is None:
+        _warn_abort_off_once("slime.rollout.sglang_rollout has no GenerateState")
+    elif _IMPORT_ERROR is not None and _abort_off_key(_IMPORT_ERROR) not in get_runtime().logged:
+        slime_installed = importlib.util.find_spec("slime") is not None
+        _warn_abort_off_once(_IMPORT_ERROR, level=logging.WARNING if slime_installed else logging.INFO)
+
+
+def abort_check(args: Any) -> Callable[[], bool]:
+    """``abort_flag(args).check``: a callable that is True once slime aborted this rollout."""
+    return abort_flag(args).check
 
 
 @functools.lru_cache(maxsize=8)

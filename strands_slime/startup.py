@@ -17,7 +17,6 @@ keep every iteration short:
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 import weakref
 from collections import deque
@@ -25,6 +24,7 @@ from collections.abc import Awaitable, Callable, Hashable
 from typing import Any, TypeVar
 
 from .client import run_abortable
+from .runtime import get_runtime
 
 T = TypeVar("T")
 
@@ -53,6 +53,9 @@ class _StartGate:
         if not self._admitting:
             self._admitting = True
             self._batch = 0
+            # A new burst: the cost learned in the last one says little (aborted episodes cost
+            # nothing), so start pessimistic again instead of waking a huge first batch.
+            self._cost_s = SLICE_S
             loop.call_soon(self._admit)
         await future
 
@@ -100,19 +103,25 @@ async def episode_turn() -> None:
     await gate.turn()
 
 
-_DONE: dict[Hashable, Any] = {}
 _RUNNING: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[Hashable, asyncio.Future[Any]]] = (
     weakref.WeakKeyDictionary()
 )
-_DONE_LOCK = threading.Lock()
 
 
 async def load_once(key: Hashable, function: Callable[..., T], *args: Any) -> T:
     """``function(*args)`` in a worker thread, once per process for ``key``; concurrent callers share the
-    call. A failure is not remembered: the next caller tries again."""
-    with _DONE_LOCK:
-        if key in _DONE:
-            return _DONE[key]
+    call. A failure is not remembered: the next caller tries again.
+
+    Returns:
+        ``function``'s result, remembered for ``key`` for the rest of the process (kept by the runtime).
+
+    Raises:
+        Exception: whatever ``function`` raised, to every caller sharing that call.
+    """
+    runtime = get_runtime()
+    with runtime.lock:
+        if key in runtime.loaded:
+            return runtime.loaded[key]
     running = _RUNNING.setdefault(asyncio.get_running_loop(), {})
     future = running.get(key)
     if future is None:
@@ -122,8 +131,8 @@ async def load_once(key: Hashable, function: Callable[..., T], *args: Any) -> T:
         def finished(done: asyncio.Future[Any]) -> None:
             running.pop(key, None)
             if not done.cancelled() and done.exception() is None:
-                with _DONE_LOCK:
-                    _DONE[key] = done.result()
+                with runtime.lock:
+                    runtime.loaded[key] = done.result()
 
         future.add_done_callback(finished)
     return await asyncio.shield(future)
@@ -148,7 +157,12 @@ async def once_per_loop(
 ) -> T:
     """``await start()`` once per event loop for ``key``, shared by concurrent callers; a failure is
     raised to every caller waiting for it and the next caller tries again. ``abort_check`` ends the
-    wait (:class:`~strands_slime.client.SGLangAbortedError`), not the shared start."""
+    wait, not the shared start.
+
+    Raises:
+        SGLangAbortedError: ``abort_check`` became true while this caller waited.
+        Exception: whatever ``start()`` raised, to every caller waiting for it.
+    """
     entries = _LOOP_ONCE.setdefault(asyncio.get_running_loop(), {})
     entry = entries.get(key)
     if isinstance(entry, _Ready):

@@ -39,6 +39,16 @@ _OUTPUTS = ["out", "Error: boom", "1\n2", "结果 é", '{"k": [1, 2]}', "line\tw
 
 @dataclass
 class TemplateCheckReport:
+    """The outcome of :func:`check_template`.
+
+    Attributes:
+        family: the chat family checked.
+        tool_parser: the parser that read the simulated outputs back.
+        conversations: conversations run (the check stops at the first failing one).
+        appends: incremental appends compared with a full render.
+        failures: each difference found, with the text around it.
+    """
+
     family: str
     tool_parser: str
     conversations: int = 0
@@ -47,9 +57,11 @@ class TemplateCheckReport:
 
     @property
     def ok(self) -> bool:
+        """True when every incremental prompt equalled the full render."""
         return not self.failures
 
     def render_text(self) -> str:
+        """What ``drift --template-check`` prints: the counts, then the first ten failures."""
         head = (
             f"chat family {self.family} (tool parser {self.tool_parser}): {self.conversations} conversations, "
             f"{self.appends} incremental appends, {len(self.failures)} failures"
@@ -78,7 +90,12 @@ def _conversation(rng: random.Random) -> tuple[str, str, list[Turn]]:
 
 
 def model_output(templater: ChatTemplater, assistant: dict[str, Any]) -> str:
-    """What the model writes for ``assistant`` after the generation prompt, without its stop token."""
+    """What the model writes for ``assistant`` after the generation prompt, without its stop token.
+
+    Raises:
+        ValueError: the template's assistant turn does not start with its own generation prompt, or
+            does not end with the family's turn end.
+    """
     user = [{"role": "user", "content": "q"}]
     prompt = templater.render(user)
     rendered = templater.render([*user, assistant], add_generation_prompt=False)

@@ -7,10 +7,11 @@ package needs ``pkg_resources``) so the demo and the dev server work offline on 
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from .runtime import get_runtime
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -42,9 +43,20 @@ def resolve_tokenizer_path(name_or_path: str | None) -> str:
     return str(name_or_path)
 
 
-@functools.lru_cache(maxsize=8)
 def load_tokenizer(name_or_path: str | None = None) -> PreTrainedTokenizerBase:
-    """Load (once per process) a Hugging Face tokenizer from a local path or the bundled Qwen3 files."""
-    from transformers import AutoTokenizer
+    """Load (once per process, kept by the runtime) a Hugging Face tokenizer from a local path or the
+    bundled Qwen3 files.
 
-    return AutoTokenizer.from_pretrained(resolve_tokenizer_path(name_or_path), trust_remote_code=True)
+    Raises:
+        FileNotFoundError: ``None``/``"qwen3"`` asked for the bundled files and they are not installed.
+        OSError: transformers cannot load a tokenizer from the path.
+    """
+    path = resolve_tokenizer_path(name_or_path)
+
+    def load() -> PreTrainedTokenizerBase:
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(path, trust_remote_code=True)
+
+    runtime = get_runtime()
+    return runtime.cached(runtime.tokenizers, path, load)

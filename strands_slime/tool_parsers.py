@@ -171,6 +171,20 @@ class ToolParser:
     close_tag = "</tool_call>"
     expected_format = ""
     """How a call must look, shown to the model after a malformed call."""
+    shown_call_chars = 400
+    """How much of a malformed call is quoted back to the model."""
+
+    def explain_error(self, error: str, raw: str) -> str:
+        """The tool result a malformed call gets: what was wrong, the call as written, and the format.
+
+        Args:
+            error: why the call was rejected (``ToolCall.error``).
+            raw: the call's text as the model wrote it (quoted up to :attr:`shown_call_chars`).
+        """
+        shown = raw if len(raw) <= self.shown_call_chars else raw[: self.shown_call_chars] + "..."
+        return (
+            f"Error: invalid tool call: {error}.\nYour call: {shown}\nExpected format: {self.expected_format}"
+        )
 
     def parse(
         self, content: str, tool_specs: Sequence[Mapping[str, Any]] | None = None

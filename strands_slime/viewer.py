@@ -21,6 +21,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from .episode_metadata import EpisodeMetadata
+
 TEMPLATE = "viewer.html"
 DATA_MARKER = "/*__REPORT_DATA__*/"
 CHUNK_SIZE = 200
@@ -36,7 +38,11 @@ class ReportError(ValueError):
 
 def find_samples(source: Path) -> tuple[Path, dict[str, Any] | None]:
     """The ``samples.jsonl`` of ``source`` (the file, or a run directory holding it) and the run's
-    ``summary.json`` when there is a readable one."""
+    ``summary.json`` when there is a readable one (a broken summary is skipped, not fatal).
+
+    Raises:
+        ReportError: there is no such file, or the directory has no ``samples.jsonl``.
+    """
     path = source / "samples.jsonl" if source.is_dir() else source
     if not path.is_file():
         where = f"{source} has no samples.jsonl" if source.is_dir() else f"{source} does not exist"
@@ -52,7 +58,11 @@ def find_samples(source: Path) -> tuple[Path, dict[str, Any] | None]:
 
 
 def iter_samples(path: Path) -> Iterator[dict[str, Any]]:
-    """The records of a ``samples.jsonl``, one at a time; a bad line names its number."""
+    """The records of a ``samples.jsonl``, one at a time (10,000 samples never sit in memory as JSON).
+
+    Raises:
+        ReportError: a line is not JSON or not a sample record (the line's number is named).
+    """
     with path.open(encoding="utf-8") as handle:
         for number, line in enumerate(handle, 1):
             if not line.strip():
@@ -68,7 +78,11 @@ def iter_samples(path: Path) -> Iterator[dict[str, Any]]:
 
 def token_classes(record: Mapping[str, Any]) -> tuple[list[int], int]:
     """Run-length token classes over all of ``tokens`` as ``[kind, length, kind, length, ...]``,
-    and the prompt length. ``loss_mask`` covers the response (slime's layout)."""
+    and the prompt length. ``loss_mask`` covers the response (slime's layout).
+
+    Raises:
+        ReportError: ``loss_mask``, ``response_length`` and ``tokens`` disagree on the lengths.
+    """
     tokens = record["tokens"]
     mask = list(record.get("loss_mask") or [])
     response_length = int(record.get("response_length") or len(mask))
@@ -103,6 +117,7 @@ def _centi(logprobs: Iterable[Any]) -> list[int | None]:
 
 
 def _number(value: Any) -> float | None:
+    """``value`` as a finite float, else None (a reward may be missing, a dict or NaN)."""
     try:
         number = float(value)
     except (TypeError, ValueError):
@@ -110,10 +125,44 @@ def _number(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
-def _row(position: int, record: Mapping[str, Any], runs: Sequence[int]) -> dict[str, Any]:
-    metadata = record.get("metadata") or {}
-    details = metadata.get("reward_details") or {}
+def _episode(record: Mapping[str, Any]) -> EpisodeMetadata:
+    """The sample's episode metadata as the record our generate and reward write.
+
+    Raises:
+        ReportError: ``metadata`` is not a JSON object.
+    """
+    try:
+        return EpisodeMetadata.from_metadata(record.get("metadata"))
+    except TypeError as exc:
+        raise ReportError(f"sample {record.get('index')}: {exc}") from exc
+
+
+def _metadata_number(record: Mapping[str, Any], name: str, value: Any) -> float:
+    """A numeric metadata value for the list row; another generate function may store anything.
+
+    Raises:
+        ReportError: the value is not a finite number (the sample and the key are named).
+    """
+    number = _number(value)
+    if number is None or isinstance(value, bool):
+        raise ReportError(f"sample {record.get('index')}: metadata {name} is {value!r}, not a number")
+    return number
+
+
+def _count(record: Mapping[str, Any], name: str, value: Any) -> int:
+    """A metadata count for the list row; None is an unset key (``to_metadata`` leaves None out): 0."""
+    return 0 if value is None else int(_metadata_number(record, name, value))
+
+
+def _row(
+    position: int, record: Mapping[str, Any], runs: Sequence[int], episode: EpisodeMetadata
+) -> dict[str, Any]:
+    """The list row of one sample: the few numbers the page filters, sorts and plots without inflating."""
+    details = episode.reward_details
     model_tokens = sum(runs[i + 1] for i in range(0, len(runs), 2) if runs[i] == KIND_MODEL)
+    latencies = episode.turn_seconds or []
+    if not isinstance(latencies, list):
+        raise ReportError(f"sample {record.get('index')}: metadata turn_seconds is {latencies!r}, not a list")
     return {
         "p": position,
         "i": record.get("index", position),
@@ -122,24 +171,29 @@ def _row(position: int, record: Mapping[str, Any], runs: Sequence[int]) -> dict[
         "r": _number(record.get("reward")),
         "n": len(record["tokens"]),
         "m": model_tokens,
-        "tc": int(metadata.get("tool_calls") or 0),
-        "t": int(metadata.get("turns") or 0),
-        "f": metadata.get("finish_reason"),
-        "lat": [round(float(x), 4) for x in metadata.get("turn_seconds") or []],
+        "tc": _count(record, "tool_calls", episode.tool_calls),
+        "t": _count(record, "turns", episode.turns),
+        "f": episode.finish_reason,
+        "lat": [round(_metadata_number(record, "turn_seconds", x), 4) for x in latencies],
         "l": record.get("label"),
         "pr": details.get("pred") if isinstance(details, Mapping) else None,
         "rm": bool(record.get("remove_sample")),
     }
 
 
-def _heavy(record: Mapping[str, Any], runs: Sequence[int]) -> dict[str, Any]:
+def _heavy(record: Mapping[str, Any], runs: Sequence[int], episode: EpisodeMetadata) -> dict[str, Any]:
+    """What opening a sample needs (tokens, classes, model logprobs, metadata), compressed in chunks."""
     mask = record.get("loss_mask") or []
     logprobs = record.get("rollout_log_probs") or []
     if len(logprobs) == len(mask):
         model_logprobs = _centi(itertools.compress(logprobs, mask))
     else:  # a run without logprobs: keep the tokens, show no heat
         model_logprobs = [None] * sum(1 for value in mask if value)
-    metadata = {k: v for k, v in (record.get("metadata") or {}).items() if k != "transcript"}
+    metadata = dict(record.get("metadata") or {})
+    if episode.transcript is not None:
+        # the page does not show the transcript (often most of the record); from_metadata keeps the
+        # stored object, so identity finds its key without spelling it a second time
+        metadata = {key: value for key, value in metadata.items() if value is not episode.transcript}
     return {"tok": record["tokens"], "seg": list(runs), "lp": model_logprobs, "meta": metadata}
 
 
@@ -165,15 +219,27 @@ def build_report(
     title: str = "rollout",
 ) -> str:
     """The report's HTML text (see the module docstring). ``records`` is read once, one at a time:
-    only the list rows and the compressed chunks are kept."""
+    only the list rows and the compressed chunks are kept.
+
+    Args:
+        records: ``samples.jsonl`` records (``tokens``, ``loss_mask``, ``response_length``, ...).
+        tokenizer: decodes the ids that occur; None shows ids.
+        summary: the run's ``summary.json``, shown above the list.
+        title: the page title.
+
+    Raises:
+        ReportError: a record is inconsistent, its metadata is not the episode record's shape, or
+            the packaged template lacks its data marker.
+    """
     rows: list[dict[str, Any]] = []
     chunks: list[str] = []
     pending: list[dict[str, Any]] = []
     token_ids: set[int] = set()
     for position, record in enumerate(records):
         runs, _prompt_length = token_classes(record)
-        rows.append(_row(position, record, runs))
-        pending.append(_heavy(record, runs))
+        episode = _episode(record)
+        rows.append(_row(position, record, runs, episode))
+        pending.append(_heavy(record, runs, episode))
         token_ids.update(record["tokens"])
         if len(pending) == CHUNK_SIZE:
             chunks.append(_pack(pending))
@@ -204,9 +270,22 @@ def write_report(
     *,
     tokenizer: Any = None,
 ) -> Path:
-    """Write the report for a run directory or ``samples.jsonl``; default output: ``report.html``
-    next to the samples. ``tokenizer``: a loaded tokenizer, a path/name for
-    :func:`strands_slime.tokenizer.load_tokenizer`, or None to show token ids."""
+    """Write the report for a run directory or ``samples.jsonl``; an earlier report is replaced only
+    once the new one is complete.
+
+    Args:
+        source: a rollout's output directory or its ``samples.jsonl``.
+        output: the HTML file; default ``report.html`` next to the samples.
+        tokenizer: a loaded tokenizer, a path/name for :func:`strands_slime.tokenizer.load_tokenizer`,
+            or None to show token ids.
+
+    Returns:
+        The path written.
+
+    Raises:
+        ReportError: the samples cannot be read or are inconsistent (see :func:`build_report`).
+        OSError: the output cannot be written (or a tokenizer directory read).
+    """
     samples_path, summary = find_samples(source)
     if isinstance(tokenizer, str):
         from .tokenizer import load_tokenizer

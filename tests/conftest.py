@@ -24,6 +24,22 @@ def qwen3_tokenizer():
     return load_tokenizer()
 
 
+RUNTIME_KEPT_BETWEEN_TESTS = ("tokenizers", "verifiers")
+"""Runtime caches that outlive a test: a tokenizer takes over a second to load and a math-verify worker
+about as long to start, and neither holds anything a test could leave behind (a tokenizer is read-only,
+a verifier's answers are deterministic)."""
+
+
+@pytest.fixture(autouse=True)
+def _reset_runtime():
+    """Every test leaves an empty runtime behind: no clients, configs, templaters, sandboxes, logged
+    messages or GC tuning (``gc.freeze``) leak into the next test."""
+    yield
+    from strands_slime.runtime import get_runtime
+
+    get_runtime().reset(keep=RUNTIME_KEPT_BETWEEN_TESTS)
+
+
 _UPSTREAM_MODULES = ("slime", "slime_plugins", "ray", "sglang", "sglang_router", "megatron")
 
 

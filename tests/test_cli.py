@@ -233,6 +233,9 @@ def test_resume_refuses_another_dataset(tmp_path: Path, capsys: pytest.CaptureFi
     assert "samples.jsonl:1: not JSON; cannot resume from it" in _error_line(capsys, argv)
     (tmp_path / "samples.jsonl").write_text('{"tokens": [1]}\n')
     assert "samples.jsonl:1: not a strands-slime sample" in _error_line(capsys, argv)
+    (tmp_path / "samples.jsonl").write_text('{"group_index": 0, "sample_index": 0, "metadata": [1]}\n')
+    error = _error_line(capsys, argv)
+    assert "samples.jsonl:1: sample.metadata must be a mapping, got list; cannot resume from it" in error
 
 
 def test_help_shows_defaults(capsys: pytest.CaptureFixture[str]) -> None:

@@ -9,7 +9,15 @@ from types import SimpleNamespace
 
 import pytest
 
-from strands_slime.config import CONFIG_ENV, ConfigError, RolloutConfig, get_rollout_config, load_config
+from strands_slime.config import (
+    CONFIG_ENV,
+    ConfigError,
+    RolloutConfig,
+    get_rollout_config,
+    load_config,
+    parse_config,
+)
+from strands_slime.limits import DEFAULT_MAX_MODEL_CALLS, ToolLimiter
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -27,6 +35,15 @@ def test_defaults_without_any_source(monkeypatch: pytest.MonkeyPatch) -> None:
     # The chat format and its tool parser follow the tokenizer unless set.
     assert RolloutConfig().tool_parser is None and RolloutConfig().chat_family is None
     assert RolloutConfig(chat_family="Kimi_K25").chat_family == "kimi_k2"
+
+
+def test_one_default_for_max_model_calls() -> None:
+    """The limiter, the rollout config and the shipped YAML agree on the model-call cap."""
+    shipped = load_config(REPO / "configs" / "strands_math.yaml")
+    assert RolloutConfig().max_model_calls == ToolLimiter().max_model_calls == DEFAULT_MAX_MODEL_CALLS
+    assert shipped.max_model_calls == DEFAULT_MAX_MODEL_CALLS
+    with pytest.raises(ConfigError, match="max_model_calls"):  # past Strands' recursion limit
+        parse_config({"max_model_calls": 257})
 
 
 def test_precedence_inline_then_path_then_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

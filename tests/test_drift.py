@@ -160,3 +160,8 @@ def test_readme_rollout_then_drift(tmp_path: Path, capsys: Any) -> None:
     empty.write_text("\n")
     with pytest.raises(SystemExit, match="has no samples"):
         main(["drift", "--samples", str(empty), "--out", str(tmp_path / "drift2")])
+    foreign = tmp_path / "foreign.jsonl"
+    record = json.loads((run / "samples.jsonl").read_text().splitlines()[0])
+    foreign.write_text(json.dumps(record) + "\n" + json.dumps({**record, "metadata": "transcript"}) + "\n")
+    with pytest.raises(SystemExit, match=r"foreign\.jsonl: trajectory 1: sample\.metadata must be a mapping"):
+        main(["drift", "--samples", str(foreign), "--out", str(tmp_path / "drift3")])

@@ -183,3 +183,5 @@ def test_record_from_sample_prefers_our_acc() -> None:
     assert record_from_sample(aborted)["correct"] is None
     summary = summarize([record_from_sample(s) for s in (shaped_wrong, foreign, aborted)])
     assert summary.excluded == 1 and summary.num_prompts == 2
+    with pytest.raises(TypeError, match="must be a mapping, got list"):
+        record_from_sample(SimpleNamespace(group_index=0, reward=1.0, metadata=["reward_details"]))

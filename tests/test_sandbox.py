@@ -7,9 +7,11 @@ what is left on the machine afterwards.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
+import sys
 import tempfile
 import textwrap
 import threading
@@ -369,6 +371,79 @@ async def test_cancelled_call_kills_its_process(sandbox: Sandbox) -> None:
     assert (await sandbox.run("print('still fine')")).stdout == "still fine\n"
 
 
+def children_of(pid: int) -> list[int]:
+    """Live direct children of ``pid``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as stat:
+                    fields = stat.read().rsplit(b")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid and fields[0] != b"Z":
+                found.append(int(entry))
+    return found
+
+
+ROLLOUT_PROCESS = """
+import asyncio, sys
+from strands_slime.sandbox import Sandbox, SandboxConfig
+
+async def main():
+    box = Sandbox(SandboxConfig(preload_modules=("math",), timeout_s=10))
+    await box.start()
+    print(box.zygote_pid, flush=True)
+    await asyncio.sleep(120)
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.slow  # a second interpreter and its zygote: about 3 s
+@needs_root
+async def test_zygote_dies_with_its_rollout_process_even_when_it_cannot_notice() -> None:
+    """The parent-death signal, not only the closed socket, ends the zygote.
+
+    The zygote is stopped (SIGSTOP), so it cannot see its control socket close; only the kernel's
+    parent-death SIGKILL can end it. As root the zygote switches uid for its uid sweeps, which
+    clears that signal: it must have been re-armed.
+    """
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        ROLLOUT_PROCESS,
+        stdout=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+    )
+    assert process.stdout is not None
+    zygote = int(await asyncio.wait_for(process.stdout.readline(), 60))
+    try:
+        os.kill(zygote, signal.SIGSTOP)
+        process.kill()
+        await process.wait()
+        assert await wait_until(lambda: not pid_alive(zygote))
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(zygote, signal.SIGKILL)
+
+
+async def test_cancelled_calls_leave_no_surplus_idle_workers() -> None:
+    """Workers forked for calls that were cancelled meanwhile are not kept beyond ``prefork``."""
+    async with Sandbox(SandboxConfig(prefork=1, max_concurrency=32, **LIGHT)) as box:
+        zygote = box.zygote_pid
+        assert zygote is not None
+        for _ in range(3):
+            calls = [asyncio.create_task(box.run("print(1)")) for _ in range(24)]
+            for _ in range(3):
+                await asyncio.sleep(0)  # let them ask for workers, then cancel (as slime's abort does)
+            for call in calls:
+                call.cancel()
+            await asyncio.gather(*calls, return_exceptions=True)
+        assert await wait_until(lambda: len(children_of(zygote)) <= 1), children_of(zygote)
+        assert (await box.run("print('fine')")).stdout == "fine\n"
+
+
 async def test_dead_zygote_is_restarted(sandbox: Sandbox) -> None:
     first = sandbox.zygote_pid
     assert first is not None
@@ -430,6 +505,60 @@ async def test_get_shared_sandbox_is_one_per_config_and_loop() -> None:
     assert (await shared.run("print('this loop')")).ok
     await shared.close()
     assert get_shared_sandbox(config) is not shared  # a closed one is replaced
+
+
+async def test_zygote_outlives_the_thread_whose_loop_started_it() -> None:
+    """The zygote is forked by the sandbox's launcher thread, never by the loop's thread.
+
+    Its parent-death signal is tied to the thread that forked it: had the loop's (short-lived)
+    thread forked it, the zygote would die with that thread. Once that loop is closed, the next
+    ``get_shared_sandbox`` kills it without waiting on the calling loop.
+    """
+    config = SandboxConfig(timeout_s=7, preload_modules=("math",))  # a config of its own
+    started: list[int] = []
+
+    def on_short_lived_thread() -> None:
+        async def main() -> None:
+            box = get_shared_sandbox(config)
+            assert (await box.run("print('started')")).ok
+            assert box.zygote_pid is not None
+            started.append(box.zygote_pid)
+
+        asyncio.run(main())  # never closed: as when a rollout process's loop goes away
+
+    thread = threading.Thread(target=on_short_lived_thread)
+    thread.start()
+    await asyncio.to_thread(thread.join, 30)
+    assert started, "the sandbox did not start on the other thread"
+    zygote = started[0]
+    # The parent-death signal would arrive as the thread exits: the zygote must not die from it.
+    assert not await wait_until(lambda: not pid_alive(zygote), timeout=1.0)
+    get_shared_sandbox(config)  # sees the closed loop and kills its sandbox
+    assert await wait_until(lambda: not pid_alive(zygote))
+
+
+async def test_respawning_the_zygote_does_not_block_the_loop(sandbox: Sandbox) -> None:
+    """Loop-thread CPU between 5 ms ticks stays small while the zygote is killed and replaced."""
+    busy: list[float] = []
+    stop = asyncio.Event()
+
+    async def ticker() -> None:
+        while not stop.is_set():
+            before = time.thread_time()
+            await asyncio.sleep(0.005)
+            busy.append(time.thread_time() - before)
+
+    task = asyncio.create_task(ticker())
+    for _ in range(3):
+        first = sandbox.zygote_pid
+        assert first is not None
+        os.kill(first, signal.SIGKILL)
+        assert await wait_until(lambda first=first: sandbox.zygote_pid != first)
+        assert (await sandbox.run("print('back')")).stdout == "back\n"
+    stop.set()
+    await task
+    assert len(busy) > 3
+    assert max(busy) < 0.05
 
 
 # ---------------------------------------------------------------- attacks
@@ -597,6 +726,39 @@ async def test_attack_tmp_is_private_per_call(sandbox: Sandbox) -> None:
     assert first.ok, first.stderr
     assert not exists_any([f"/tmp/{marker}", f"/dev/shm/{marker}"])
     second = await sandbox.run(f"import os\nprint(os.path.exists('/tmp/{marker}'))")
+    assert second.stdout == "False\n"
+
+
+@needs_root
+async def test_dev_shm_is_a_private_writable_tmpfs_and_var_tmp_is_read_only(sandbox: Sandbox) -> None:
+    """What ``SandboxConfig.private_tmp`` and docs/sandbox.md promise, checked inside the sandbox."""
+    if not sandbox.capabilities["mount_namespace"]:
+        pytest.skip("no mount namespace here")
+    marker = f"shm-marker-{os.getpid()}"
+    code = dedent(
+        f"""
+        import os
+        mounts = {{line.split()[1]: line.split() for line in open('/proc/self/mounts')}}
+        print(mounts['/dev/shm'][2], mounts['/tmp'][2], 'ro' in mounts['/var/tmp'][3].split(','))
+        st = os.statvfs('/dev/shm')
+        print(st.f_blocks * st.f_frsize // 2**20)
+        print(os.listdir('/dev/shm'))
+        open('/dev/shm/{marker}', 'w').write('x')
+        try:
+            open('/var/tmp/{marker}', 'w')
+        except OSError as exc:
+            print(type(exc).__name__)
+        """
+    )
+    first = await sandbox.run(code)
+    assert first.ok, first.stderr
+    lines = first.stdout.splitlines()
+    assert lines[0] == "tmpfs tmpfs True"
+    assert int(lines[1]) == sandbox.config.workdir_size_mb  # the private tmpfs, not the host's /dev/shm
+    assert lines[2] == "[]"  # nothing of the host's or of another call
+    assert lines[3] in ("OSError", "PermissionError")  # EROFS
+    assert not os.path.exists(f"/dev/shm/{marker}")
+    second = await sandbox.run(f"import os\nprint(os.path.exists('/dev/shm/{marker}'))")
     assert second.stdout == "False\n"
 
 

@@ -124,7 +124,9 @@ def running_requests(engine: DevServer) -> int:
 # --------------------------------------------------------------------------- GRPO rollout
 
 
-async def test_grpo_rollout_through_slime_to_train_data(make_args: Args, engine: DevServer) -> None:
+async def test_grpo_rollout_through_slime_to_train_data(
+    make_args: Args, engine: DevServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     args = make_args(
         [("What is SEVENTEEN times two?", "34"), ("PLAINQ: two plus three?", "5")],
         "--rollout-batch-size",
@@ -146,6 +148,7 @@ async def test_grpo_rollout_through_slime_to_train_data(make_args: Args, engine:
         assert sample.status.name == "COMPLETED" and sample.reward["score"] == 1.0, why
         assert len(sample.weight_versions) == sample.metadata["turns"], "one weight version per model call"
         assert sample.prefix_cache_info.total_prompt_tokens == sample.metadata["prompt_tokens"] > 0
+        assert sample.metadata["abort_detection"] == "slime", "the episode watches GenerateState.aborted"
     tool = next(s for s in samples if s.metadata["tool_calls"])
     assert 0 in tool.loss_mask and tool.loss_mask[0] == 1 and tool.loss_mask[-1] == 1, (
         "tool tokens are masked"
@@ -156,6 +159,18 @@ async def test_grpo_rollout_through_slime_to_train_data(make_args: Args, engine:
     assert data["rewards"] == pytest.approx([0.0] * 4), "GRPO normalizes per group of n_samples_per_prompt"
     metrics = slime_harness.rollout_metrics(args, samples)
     assert any(key.startswith("request/e2e_latency") for key in metrics), "slime's trace spans are recorded"
+    # our metrics reach W&B through slime's own logging path (logging_utils.log)
+    from slime.observability import logging_utils
+
+    from strands_slime.metrics import log_rollout
+
+    logged: list[dict[str, Any]] = []
+    monkeypatch.setattr(logging_utils.wandb, "log", logged.append)
+    monkeypatch.setattr(args, "use_wandb", True)
+    assert log_rollout(0, args, samples) is False
+    assert logged and logged[0]["rollout/step"] == 0
+    assert logged[0]["rollout/strands/abort_detection/slime"] == 1.0
+    assert logged[0]["rollout/strands/masked_null_logprobs/total"] == 0.0
 
 
 async def test_stand_in_and_slime_sample_fill_identically(make_args: Args, engine: DevServer) -> None:

@@ -8,6 +8,7 @@ import pytest
 from benchmarks import soak
 
 
+@pytest.mark.slow  # about 40 s on 2 cores
 async def test_soak_300_episodes_loses_nothing_and_breaks_nothing() -> None:
     results = await soak.run_soak(episodes=240, load_episodes=60, step_size=80, seed=1)
     report = soak.render_text(results)
@@ -30,9 +31,9 @@ async def test_soak_300_episodes_loses_nothing_and_breaks_nothing() -> None:
     assert sum(matrix["server abort (abort_all)"].values()) > 0, report
     assert sum(matrix["server kill"].values()) > 0, report
     assert summary["trend"]["children"] <= 0 and summary["trend"]["tasks"] <= 0, report  # forks reaped
-    unmet = [name for name, met in summary["met"].items() if not met]
-    assert unmet in ([], ["loop stall max (ms)"]), report
-    if unmet:
-        # Wall-clock stalls on this 2-core machine include preemption by the soak's own dev server and
-        # sandbox workers; benchmarks/bench_startup.py measures blocking work by loop-thread CPU.
-        pytest.xfail(f"loop stall over 50 ms on a saturated machine\n{report}")
+    unmet = [name for name, met in summary["met"].items() if met is False]
+    assert not unmet, report
+    # the goal: no loop iteration holds the loop's thread for more than 50 ms of CPU (wall clock, which
+    # on this shared 2-core machine also counts waiting for a CPU, is reported, not asserted)
+    assert summary["busy"] <= 0.05, report
+    assert summary["stall"] > 0 and summary["busy"] > 0, report  # both were measured

@@ -316,4 +316,9 @@ def test_deepseek_v3_and_v31_calls() -> None:
 
 def test_every_parser_explains_its_format() -> None:
     for name in available_tool_parsers():
-        assert get_tool_parser(name).expected_format
+        parser = get_tool_parser(name)
+        assert parser.expected_format
+        message = parser.explain_error("bad JSON", "x" * 1000)
+        assert message.startswith("Error: invalid tool call: bad JSON.")
+        assert message.endswith(f"Expected format: {parser.expected_format}")
+        assert f"Your call: {'x' * parser.shown_call_chars}...\n" in message  # long calls are cut

@@ -15,6 +15,7 @@ import pytest
 from chromium import chromium, find_chromium
 
 from strands_slime.cli import RolloutOptions, main, run_rollout
+from strands_slime.episode_metadata import EpisodeMetadata
 from strands_slime.viewer import KIND_MODEL, KIND_PROMPT, KIND_TOOL, ReportError, build_report, write_report
 
 DEMO = Path(__file__).resolve().parents[1] / "strands_slime" / "data" / "demo_problems.jsonl"
@@ -72,9 +73,13 @@ def test_report_embeds_every_token_with_its_class_and_logprob(demo_run: Path, qw
         ]
         assert sample["lp"] == [round(lp * 100) for lp in model_logprobs]
         assert row["r"] == record["reward"] and row["s"] == record["status"]
-        assert (
-            row["tc"] == record["metadata"]["tool_calls"] and len(row["lat"]) == record["metadata"]["turns"]
+        episode = EpisodeMetadata.from_metadata(record["metadata"])
+        assert row["tc"] == episode.tool_calls and row["t"] == episode.turns == len(row["lat"])
+        assert row["f"] == episode.finish_reason == "stop" and row["lat"] == pytest.approx(
+            episode.turn_seconds, abs=1e-4
         )
+        assert episode.reward_details is not None and row["pr"] == episode.reward_details["pred"]
+        assert sample["meta"] == record["metadata"]
         text = "".join(vocab[str(t)] for t in record["tokens"][prompt_length:])
         assert text == qwen3_tokenizer.decode(record["tokens"][prompt_length:], skip_special_tokens=False)
 
@@ -116,6 +121,46 @@ def test_bad_input_is_reported_clearly(tmp_path: Path, capsys: pytest.CaptureFix
     with pytest.raises(ReportError, match="loss_mask has 3 entries"):
         write_report(bad)
     assert not (tmp_path / "report.html").exists(), "nothing half-written"
+
+
+def test_rows_read_the_episode_record_and_the_transcript_stays_out_of_the_page() -> None:
+    transcript = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "Answer: 5"}]
+    episode = EpisodeMetadata(
+        tool_calls=2,
+        turns=2,
+        finish_reason="length",
+        turn_seconds=[0.25, 0.5],
+        transcript=transcript,
+        reward_details={"acc": True, "pred": "5"},
+    )
+    metadata = {"dataset_key": "kept", **episode.to_metadata()}
+    record = {"tokens": [1, 2, 3], "loss_mask": [1, 1], "response_length": 2, "metadata": metadata}
+    data = _embedded(build_report([record]))
+    row = data["rows"][0]
+    assert (row["tc"], row["t"], row["f"], row["lat"], row["pr"]) == (2, 2, "length", [0.25, 0.5], "5")
+    shown = _inflate(data["chunks"][0])[0]["meta"]
+    assert transcript not in shown.values() and "Answer: 5" not in json.dumps(shown)
+    assert shown == {key: value for key, value in metadata.items() if value is not transcript}
+    assert shown["dataset_key"] == "kept" and shown["reward_details"] == {"acc": True, "pred": "5"}
+
+
+def test_metadata_of_another_shape_names_the_sample(tmp_path: Path) -> None:
+    samples = tmp_path / "samples.jsonl"
+    good = {"index": 0, "tokens": [1, 2], "loss_mask": [1], "response_length": 1, "metadata": {}}
+    cases = [
+        (["tool_calls"], r"sample 1: sample\.metadata must be a mapping, got list"),
+        ({"tool_calls": "many"}, r"sample 1: metadata tool_calls is 'many', not a number"),
+        ({"turn_seconds": 0.5}, r"sample 1: metadata turn_seconds is 0\.5, not a list"),
+        ({"turn_seconds": [0.1, None]}, r"sample 1: metadata turn_seconds is None, not a number"),
+    ]
+    for metadata, message in cases:
+        bad = {**good, "index": 1, "metadata": metadata}
+        samples.write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n")
+        with pytest.raises(SystemExit, match=message):
+            main(["view", str(samples), "--no-tokenizer"])
+        assert not (tmp_path / "report.html").exists(), "nothing half-written"
+    samples.write_text(json.dumps({**good, "metadata": None}) + "\n")  # no metadata at all: defaults
+    assert _embedded(write_report(samples).read_text())["rows"][0]["tc"] == 0
 
 
 def test_rollout_writes_the_report_and_prints_its_path(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from strands_slime.devserver.app import DevServer, Fault
+from strands_slime.devserver.app import DevServer
 from strands_slime.devserver.backends.scripted import (
     Reply,
     Rule,
@@ -22,6 +22,7 @@ from strands_slime.devserver.backends.scripted import (
     scripted_output_logprobs,
 )
 from strands_slime.devserver.cli import URL_LINE_PREFIX, serve_main
+from strands_slime.devserver.faults import Fault
 from strands_slime.devserver.protocol import ProtocolError, SamplingParams
 from strands_slime.devserver.runners import DevServerProcess, DevServerThread
 

@@ -36,6 +36,7 @@ def _non_negative_int(text: str) -> int:
 
 
 def build_parser(prog: str = "python -m strands_slime.devserver") -> argparse.ArgumentParser:
+    """The dev server's command line (also ``strands-slime serve``)."""
     parser = argparse.ArgumentParser(
         prog=prog,
         description="SGLang-compatible CPU dev server (native /generate protocol) for tests, demos and benchmarks.",

@@ -1,6 +1,6 @@
-"""Per-request state and SGLang's finishing and response-shaping rules, shared by every backend.
+"""SGLang's finishing and response-shaping rules, shared by every backend.
 
-Finish precedence at one token: stop string (or ``stop_regex``), then EOS/``stop_token_ids``, then
+Finish precedence at one token: stop string, then EOS/``stop_token_ids``, then
 length. ``output_ids`` keep the token that finished the request; the text trims it as the matrix in
 docs/devserver.md says.
 """
@@ -8,32 +8,24 @@ docs/devserver.md says.
 from __future__ import annotations
 
 import array
-import asyncio
 import base64
-import copy
 import math
-import re
 import time
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from strands_slime.devserver.backends.base import LogprobPairs, PrefillResult, TokenStep
-from strands_slime.devserver.protocol import SamplingParams, SpeculativeDecoding
+from strands_slime.devserver.request import (
+    GenerationRequest,
+    LogprobPairs,
+    MoEShape,
+    PrefillResult,
+    TokenStep,
+)
 
 if TYPE_CHECKING:
     from strands_slime.devserver.tokens import TokenizerWorker
 
 ABORTED_RUNNING = {"type": "abort", "message": "Aborted", "status_code": None, "err_type": None}
 ABORTED_QUEUED = {"type": "abort", "message": "Abort in waiting queue"}
-
-
-@dataclass(frozen=True, slots=True)
-class MoEShape:
-    """What the dev server pretends its MoE looks like when asked for routed experts."""
-
-    num_layers: int
-    topk: int
-    num_experts: int
 
 
 def encode_int32(values: list[int]) -> str:
@@ -53,65 +45,6 @@ def routed_expert_ids(token_ids: list[int], start: int, shape: MoEShape) -> list
     return flat
 
 
-@dataclass(eq=False)
-class GenerationRequest:
-    """One prompt being served (a batch or ``n > 1`` request becomes several of these)."""
-
-    rid: str
-    input_ids: list[int]
-    params: SamplingParams
-    max_new_tokens: int
-    stop_token_ids: frozenset[int]
-    return_logprob: bool = False
-    logprob_start_len: int = -1
-    top_logprobs_num: int = 0
-    token_ids_logprob: list[int] | None = None
-    return_text_in_logprobs: bool = False
-    return_prompt_token_ids: bool = False
-    seed: int = 0
-    received_at: float = field(default_factory=time.perf_counter)
-    backend_state: Any = None
-    return_top_p_token_ids: bool = False
-    routed_experts: MoEShape | None = None
-    routed_experts_start_len: int = 0
-    speculative: SpeculativeDecoding | None = None
-    grammar: Any = None
-    """The compiled ``json_schema``/``regex``/``ebnf`` constraint (devserver/grammar.py), if any."""
-
-    status: str = "new"  # new -> queued -> running -> finished
-    abort_requested: bool = False
-    output_ids: list[int] = field(default_factory=list)
-    output_logprobs: list[float] = field(default_factory=list)
-    output_top_logprobs: list[LogprobPairs | None] = field(default_factory=list)
-    output_token_ids_logprobs: list[LogprobPairs | None] = field(default_factory=list)
-    output_top_p_ids: list[list[int]] = field(default_factory=list)
-    prefill: PrefillResult | None = None
-    finish_reason: dict[str, Any] | None = None
-    matched_regex: bool = False
-    future: asyncio.Future[dict[str, Any]] | None = None
-    progress: asyncio.Event | None = None
-    wake: asyncio.Event = field(default_factory=asyncio.Event)
-
-    @property
-    def prompt_tokens(self) -> int:
-        return len(self.input_ids)
-
-    @property
-    def wants_input_logprobs(self) -> bool:
-        return self.return_logprob and self.logprob_start_len >= 0
-
-    def accept(self, steps: list[TokenStep]) -> None:
-        for step in steps:
-            self.output_ids.append(step.token_id)
-            self.output_logprobs.append(step.logprob)
-            if self.top_logprobs_num:
-                self.output_top_logprobs.append(step.top_logprobs)
-            if self.token_ids_logprob:
-                self.output_token_ids_logprobs.append(step.token_ids_logprobs)
-            if self.return_top_p_token_ids:
-                self.output_top_p_ids.append(step.top_p_ids or [step.token_id])
-
-
 def scan_token_ids(request: GenerationRequest, steps: list[TokenStep]) -> tuple[int, dict[str, Any] | None]:
     """How many of ``steps`` to accept, and the id/length finish they hit (strings checked after)."""
     done = len(request.output_ids)
@@ -126,33 +59,23 @@ def scan_token_ids(request: GenerationRequest, steps: list[TokenStep]) -> tuple[
 
 def scan_stop_text_sync(
     tokens: TokenizerWorker, request: GenerationRequest, new_ids: list[int]
-) -> tuple[int, str, bool] | None:
-    """First of ``new_ids`` whose arrival completes a stop string or ``stop_regex`` match.
+) -> tuple[int, str] | None:
+    """First of ``new_ids`` whose arrival completes a stop string: (tokens to accept, the string).
 
-    Returns (tokens to accept, matched string or pattern, is_regex). Runs on the tokenizer thread.
+    Runs on the tokenizer thread.
     """
     stops = request.params.stop
-    patterns = request.params.stop_regex
-    previous = request.output_ids
-    done = len(previous)
-    all_ids = previous + new_ids
-    if stops:
-        # A stop string spans at most 4 bytes per character, each token holds at least one byte.
-        window = 4 * max(len(stop) for stop in stops) + 2
-        tail = tokens.decode_sync(all_ids[max(0, done - window) :])
-        if any(stop in tail for stop in stops):
-            for end in range(done + 1, len(all_ids) + 1):
-                text = tokens.decode_sync(all_ids[max(0, end - window) : end])
-                for stop in stops:
-                    if stop in text:
-                        return end - done, stop, False
-    if patterns:
-        compiled = [re.compile(pattern) for pattern in patterns]
+    done = len(request.output_ids)
+    all_ids = request.output_ids + new_ids
+    # A stop string spans at most 4 bytes per character, each token holds at least one byte.
+    window = 4 * max(len(stop) for stop in stops) + 2
+    tail = tokens.decode_sync(all_ids[max(0, done - window) :])
+    if any(stop in tail for stop in stops):
         for end in range(done + 1, len(all_ids) + 1):
-            text = tokens.decode_sync(all_ids[:end])
-            for pattern, regex in zip(patterns, compiled, strict=True):
-                if regex.search(text):
-                    return end - done, pattern, True
+            text = tokens.decode_sync(all_ids[max(0, end - window) : end])
+            for stop in stops:
+                if stop in text:
+                    return end - done, stop
     return None
 
 
@@ -161,12 +84,11 @@ async def find_finish(
 ) -> tuple[int, dict[str, Any] | None]:
     """Accepted count and finish reason for a new batch of steps, with SGLang's precedence."""
     accepted, finish = scan_token_ids(request, steps)
-    if request.params.stop or request.params.stop_regex:
+    if request.params.stop:
         new_ids = [step.token_id for step in steps[:accepted]]
         hit = await tokens.run(scan_stop_text_sync, tokens, request, new_ids)
         if hit is not None:
-            count, matched, is_regex = hit
-            request.matched_regex = is_regex
+            count, matched = hit
             return count, {"type": "stop", "matched": matched}
     return accepted, finish
 
@@ -183,11 +105,6 @@ def _text_cut(text: str, request: GenerationRequest) -> str:
     if finish.get("type") != "stop" or not isinstance(matched, str):
         return text
     keep = request.params.no_stop_trim
-    if request.matched_regex:
-        found = re.search(matched, text)
-        if found is None:
-            return text
-        return text[: found.end()] if keep else text[: found.start()]
     position = text.find(matched)
     if position == -1:
         return text
@@ -200,12 +117,11 @@ class OutputRenderer:
     def __init__(self, tokens: TokenizerWorker) -> None:
         self.tokens = tokens
 
-    def _text_sync(self, request: GenerationRequest, final: bool) -> str:
+    def _text_sync(self, request: GenerationRequest) -> str:
         ids = request.output_ids
         finish = request.finish_reason or {}
         if (
-            final
-            and finish.get("type") == "stop"
+            finish.get("type") == "stop"
             and isinstance(finish.get("matched"), int)
             and not request.params.no_stop_trim
         ):
@@ -215,94 +131,59 @@ class OutputRenderer:
             skip_special_tokens=request.params.skip_special_tokens,
             spaces_between_special_tokens=request.params.spaces_between_special_tokens,
         )
-        if final:
-            return _text_cut(text, request)
-        return text.rstrip("\ufffd")  # hold back an incomplete UTF-8 character while streaming
+        return _text_cut(text, request)
 
-    def _entries(
-        self, values: list[float | None], ids: list[int], texts: dict[int, str] | None
-    ) -> list[list[Any]]:
-        if texts is None:
-            return [[_finite(value), tok, None] for value, tok in zip(values, ids, strict=True)]
-        return [[_finite(value), tok, texts[tok]] for value, tok in zip(values, ids, strict=True)]
+    @staticmethod
+    def _entries(values: list[float | None], ids: list[int]) -> list[list[Any]]:
+        return [[_finite(value), tok, None] for value, tok in zip(values, ids, strict=True)]
 
-    def _pair_entries(
-        self, rows: list[LogprobPairs | None], texts: dict[int, str] | None
-    ) -> list[list[list[Any]] | None]:
-        rendered: list[list[list[Any]] | None] = []
-        for row in rows:
-            if row is None:
-                rendered.append(None)
-                continue
-            rendered.append(
-                [[_finite(value), tok, texts[tok] if texts is not None else None] for value, tok in row]
-            )
-        return rendered
+    @staticmethod
+    def _pair_entries(rows: list[LogprobPairs | None]) -> list[list[list[Any]] | None]:
+        return [None if row is None else [[_finite(value), tok, None] for value, tok in row] for row in rows]
 
-    def _render_sync(self, request: GenerationRequest, *, final: bool, weight_version: str) -> dict[str, Any]:
-        text = self._text_sync(request, final)
+    def _render_sync(self, request: GenerationRequest, *, weight_version: str) -> dict[str, Any]:
+        text = self._text_sync(request)
         prefill = request.prefill or PrefillResult(cached_tokens=0)
         completion = len(request.output_ids)
         meta: dict[str, Any] = {
             "id": request.rid,
-            "finish_reason": request.finish_reason if final else None,
+            "finish_reason": request.finish_reason,
             "prompt_tokens": request.prompt_tokens,
             "weight_version": weight_version,
             "num_retractions": 0,
         }
         if request.return_logprob:
-            texts: dict[int, str] | None = None
-            input_ids = request.input_ids[request.logprob_start_len :] if request.wants_input_logprobs else []
-            if request.return_text_in_logprobs:
-                wanted: set[int] = set(request.output_ids) | set(input_ids)
-                for rows in (
-                    request.output_top_logprobs,
-                    prefill.input_top_logprobs or [],
-                    request.output_token_ids_logprobs,
-                    prefill.input_token_ids_logprobs or [],
-                ):
-                    for row in rows:
-                        wanted.update(tok for _, tok in row or [])
-                ordered = sorted(wanted)
-                texts = dict(zip(ordered, self.tokens.token_texts_sync(ordered), strict=True))
-            input_values = prefill.input_logprobs if request.wants_input_logprobs else []
-            meta["input_token_logprobs"] = self._entries(input_values, input_ids, texts)
-            meta["output_token_logprobs"] = self._entries(
-                list(request.output_logprobs), request.output_ids, texts
-            )
+            wants_input = request.wants_input_logprobs
+            input_ids = request.input_ids[request.logprob_start_len :] if wants_input else []
+            input_values = prefill.input_logprobs if wants_input else []
+            meta["input_token_logprobs"] = self._entries(input_values, input_ids)
+            meta["output_token_logprobs"] = self._entries(list(request.output_logprobs), request.output_ids)
             if request.top_logprobs_num:
                 meta["input_top_logprobs"] = self._pair_entries(
-                    prefill.input_top_logprobs or [] if request.wants_input_logprobs else [], texts
+                    prefill.input_top_logprobs or [] if wants_input else []
                 )
-                meta["output_top_logprobs"] = self._pair_entries(request.output_top_logprobs, texts)
+                meta["output_top_logprobs"] = self._pair_entries(request.output_top_logprobs)
             if request.token_ids_logprob:
                 meta["input_token_ids_logprobs"] = self._pair_entries(
-                    prefill.input_token_ids_logprobs or [] if request.wants_input_logprobs else [], texts
+                    prefill.input_token_ids_logprobs or [] if wants_input else []
                 )
-                meta["output_token_ids_logprobs"] = self._pair_entries(
-                    request.output_token_ids_logprobs, texts
-                )
+                meta["output_token_ids_logprobs"] = self._pair_entries(request.output_token_ids_logprobs)
             meta["output_token_logprobs_length"] = completion
         meta["reasoning_tokens"] = 0
         meta["completion_tokens"] = completion
         meta["cached_tokens"] = prefill.cached_tokens
-        if final:
-            meta["weight_versions"] = [{"version": weight_version, "start": 0, "end": completion}]
+        meta["weight_versions"] = [{"version": weight_version, "start": 0, "end": completion}]
         meta["cached_tokens_details"] = (
             {"device": prefill.cached_tokens, "host": 0} if prefill.cached_tokens else None
         )
         meta["dp_rank"] = None
-        self._replay_meta(request, meta, final)
-        if final:
-            meta["e2e_latency"] = time.perf_counter() - request.received_at
+        self._replay_meta(request, meta)
+        meta["e2e_latency"] = time.perf_counter() - request.received_at
         meta["response_sent_to_client_ts"] = time.time()
-        body: dict[str, Any] = {"text": text, "output_ids": list(request.output_ids), "meta_info": meta}
-        if request.return_prompt_token_ids:
-            body["prompt_token_ids"] = list(request.input_ids)
-        return body
+        return {"text": text, "output_ids": list(request.output_ids), "meta_info": meta}
 
     @staticmethod
-    def _replay_meta(request: GenerationRequest, meta: dict[str, Any], final: bool) -> None:
+    def _replay_meta(request: GenerationRequest, meta: dict[str, Any]) -> None:
         """What RL trainers replay: top-p nucleus spans (slime's patched SGLang, requested with
         ``custom_params.return_top_p_token_ids``), routed experts and speculative-decoding counters."""
         completion = len(request.output_ids)
@@ -315,7 +196,7 @@ class OutputRenderer:
             meta["top_p_token_ids"] = encode_int32(kept)
             meta["top_p_token_offsets"] = encode_int32(offsets)
         finish = request.finish_reason or {}
-        if final and request.routed_experts is not None and finish.get("type") != "abort":
+        if request.routed_experts is not None and finish.get("type") != "abort":
             sequence = request.input_ids + request.output_ids
             meta["routed_experts"] = encode_int32(
                 routed_expert_ids(sequence, request.routed_experts_start_len, request.routed_experts)
@@ -333,18 +214,9 @@ class OutputRenderer:
             meta["spec_accept_token_num"] = correct
             meta["spec_draft_token_num"] = proposed
 
-    async def render(
-        self, request: GenerationRequest, *, weight_version: str, final: bool = True
-    ) -> dict[str, Any]:
-        # A streamed request keeps growing on the loop while the tokenizer thread renders: hand it a
-        # consistent snapshot of the output lists.
-        snapshot = copy.copy(request)
-        snapshot.output_ids = list(request.output_ids)
-        snapshot.output_logprobs = list(request.output_logprobs)
-        snapshot.output_top_logprobs = list(request.output_top_logprobs)
-        snapshot.output_token_ids_logprobs = list(request.output_token_ids_logprobs)
-        snapshot.output_top_p_ids = list(request.output_top_p_ids)
-        return await self.tokens.run(self._render_sync, snapshot, final=final, weight_version=weight_version)
+    async def render(self, request: GenerationRequest, *, weight_version: str) -> dict[str, Any]:
+        """The response body of a finished request (decoding runs on the tokenizer thread)."""
+        return await self.tokens.run(self._render_sync, request, weight_version=weight_version)
 
 
 def render_queued_abort(request: GenerationRequest, weight_version: str) -> dict[str, Any]:

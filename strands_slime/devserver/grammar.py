@@ -217,6 +217,7 @@ class GrammarEngine:
         return compiled
 
     def matcher(self, compiled: Any) -> GrammarState:
+        """A fresh matcher for one request."""
         return GrammarState(self, compiled)
 
 
@@ -236,10 +237,12 @@ class GrammarState:
         self._xgr.apply_token_bitmask_inplace(logits, self.bitmask[0].to(logits.device))
 
     def accept(self, token_id: int) -> bool:
+        """Advance past ``token_id``; False when the grammar rejects it."""
         return bool(self.matcher.accept_token(int(token_id)))
 
     @property
     def terminated(self) -> bool:
+        """Whether the grammar is complete (only a stop token may follow)."""
         return bool(self.matcher.is_terminated())
 
 

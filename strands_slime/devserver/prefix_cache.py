@@ -138,11 +138,13 @@ class PrefixCache:
                 del self._index[key]
 
     def clear(self) -> None:
+        """Drop every entry."""
         self._entries.clear()
         self._index.clear()
         self.total_tokens = 0
 
     def stats(self) -> dict[str, Any]:
+        """Counters for ``/server_info`` and ``/v1/loads`` (entries, tokens, hit rate)."""
         hit_rate = self.hit_tokens / self.queried_tokens if self.queried_tokens else 0.0
         return {
             "cached_sequences": len(self._entries),

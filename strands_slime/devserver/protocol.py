@@ -2,12 +2,12 @@
 
 Validation runs in SGLang's order, each stage with its own error body: E1 pydantic parsing of the
 top-level fields, E2 the schema contract for ``sampling_params`` (unknown keys and wrong JSON types
-rejected with serde-style messages), E3 ``ValueError`` checks (ranges, lengths, batch shapes).
+rejected with serde-style messages), E3 ``ValueError`` checks (ranges, lengths).
+Batch requests (list-valued prompt fields) and streaming are not emulated: a 400 names the field.
 """
 
 from __future__ import annotations
 
-import collections
 import math
 import os
 import random
@@ -23,8 +23,6 @@ UNLIMITED_NEW_TOKENS = 1 << 30
 """``max_new_tokens: null``: SGLang's ``Scheduler.init_req_max_new_tokens`` budget before clipping."""
 GREEDY_TEMPERATURE = 1e-6
 MAX_STOP_STRINGS = 32
-MAX_STOP_REGEX_PATTERNS = 32
-MAX_STOP_REGEX_BYTES = 256
 
 
 class ProtocolError(Exception):
@@ -251,16 +249,6 @@ class SamplingParams:
             raise ProtocolError.value(
                 f"at most {MAX_STOP_STRINGS} stop strings are allowed, got {len(self.stop)}"
             )
-        if len(self.stop_regex) > MAX_STOP_REGEX_PATTERNS:
-            raise ProtocolError.value(
-                f"at most {MAX_STOP_REGEX_PATTERNS} stop_regex patterns are allowed, got {len(self.stop_regex)}"
-            )
-        for pattern in self.stop_regex:
-            size = len(pattern.encode("utf-8"))
-            if size > MAX_STOP_REGEX_BYTES:
-                raise ProtocolError.value(
-                    f"stop_regex is {size} bytes, over the {MAX_STOP_REGEX_BYTES}-byte limit"
-                )
         if self.beam_width is not None and self.beam_width < 1:
             raise ProtocolError.value(f"beam_width must be at least 1, got {self.beam_width}.")
         if not math.isfinite(self.temperature) or self.temperature < 0:
@@ -321,13 +309,17 @@ class SamplingParams:
             raise ProtocolError.value("The dev server does not implement beam search (beam_width > 1).")
         if self.choice is not None:
             raise ProtocolError.value("The dev server does not implement choice (a /v1/systemone field).")
+        if self.stop_regex:
+            raise ProtocolError.value("The dev server does not implement stop_regex; use stop strings.")
 
     @property
     def greedy(self) -> bool:
+        """Whether the temperature is below SGLang's greedy threshold."""
         return self.temperature < GREEDY_TEMPERATURE
 
     @property
     def effective_top_k(self) -> int:
+        """``top_k`` with -1 (no limit) mapped to the whole vocabulary."""
         return TOP_K_ALL if self.top_k == -1 else self.top_k
 
 
@@ -366,11 +358,23 @@ def _pydantic_message(exc: ValidationError) -> str:
     return f"{count} validation error{'s' if count != 1 else ''} for GenerateReqInput: " + "; ".join(parts)
 
 
-@dataclass(slots=True)
-class PromptSpec:
-    """One prompt of a (possibly batched) request, before tokenization."""
+BATCH_FIELDS = (
+    "text",
+    "input_ids",
+    "sampling_params",
+    "rid",
+    "return_logprob",
+    "logprob_start_len",
+    "top_logprobs_num",
+    "token_ids_logprob",
+)
+"""Top-level fields whose list form makes a batch request (one value per prompt)."""
 
-    index: int
+
+@dataclass(slots=True)
+class ParsedGenerate:
+    """A validated ``/generate`` body: one prompt, before tokenization."""
+
     rid: str | None
     text: str | None
     input_ids: list[int] | None
@@ -379,151 +383,86 @@ class PromptSpec:
     logprob_start_len: int
     top_logprobs_num: int
     token_ids_logprob: list[int] | None
-
-
-@dataclass(slots=True)
-class ParsedGenerate:
-    """A validated ``/generate`` body: one spec per prompt, plus the request-wide flags."""
-
-    prompts: list[PromptSpec]
-    is_batch: bool
-    n: int
-    stream: bool
-    return_text_in_logprobs: bool
-    return_prompt_token_ids: bool
     return_routed_experts: bool
     routed_experts_start_len: int
     return_hidden_states: bool = False
     custom_logit_processor: bool = False
 
     @property
-    def returns_list(self) -> bool:
-        return self.is_batch or self.n > 1
+    def n(self) -> int:
+        """``sampling_params.n``: how many samples the prompt gets (a list reply when > 1)."""
+        return self.params.n
 
 
-def _per_item(value: Any, size: int, name: str, *, list_means_batch: bool = True) -> list[Any]:
-    """Broadcast a scalar request field over the batch, or check a per-item list's length."""
-    if isinstance(value, list) and list_means_batch:
-        if len(value) != size:
-            raise ProtocolError.value(
-                f"The length of {name} ({len(value)}) does not match the batch size ({size})."
-            )
-        return list(value)
-    return [value] * size
+def _batch_field(req: GenerateReqInput) -> str | None:
+    """The first field whose value is a per-prompt list (a batch request), if any."""
+    for name in BATCH_FIELDS:
+        value = getattr(req, name)
+        if name in ("input_ids", "token_ids_logprob"):
+            if isinstance(value, list) and value and isinstance(value[0], list):
+                return name
+        elif isinstance(value, list):
+            return name
+    return None
 
 
 def parse_generate(body: Any) -> ParsedGenerate:
-    """Validate a decoded JSON body in SGLang's order (E1, then E2, then E3 shape checks)."""
+    """Validate a decoded JSON body in SGLang's order (E1, then E2, then E3 shape checks).
+
+    Raises:
+        ProtocolError: with SGLang's status and body for the first rule the request breaks; batch
+            requests and ``stream: true`` are refused with a 400 naming the field (not emulated).
+    """
     try:
         req = GenerateReqInput.model_validate(body)
     except ValidationError as exc:
         raise ProtocolError.pydantic(_pydantic_message(exc)) from None
-
-    raw_params = req.sampling_params
-    if isinstance(raw_params, list):
-        params_list = [SamplingParams.from_json(item) for item in raw_params]
-    else:
-        params_list = [SamplingParams.from_json(raw_params)]
-
+    batch_field = _batch_field(req)
+    if batch_field is not None:
+        raise ProtocolError.value(
+            f"The dev server does not implement batch requests: {batch_field} is a list. "
+            "Send one prompt per request."
+        )
+    # No field is a list past this point: the narrowing below only restates that for the reader.
+    assert not isinstance(req.sampling_params, list) and not isinstance(req.rid, list)
+    assert not isinstance(req.text, list) and not isinstance(req.return_logprob, list)
+    assert not isinstance(req.logprob_start_len, list) and not isinstance(req.top_logprobs_num, list)
+    input_ids = [int(token) for token in req.input_ids] if req.input_ids is not None else None
+    token_ids_logprob = [int(token) for token in req.token_ids_logprob or []] or None
+    params = SamplingParams.from_json(req.sampling_params)
+    if req.stream:
+        raise ProtocolError.value(
+            "The dev server does not implement streaming (stream: true); send stream: false or omit it."
+        )
+    for flag in ("return_text_in_logprobs", "return_prompt_token_ids"):
+        if getattr(req, flag):
+            raise ProtocolError.value(f"The dev server does not implement {flag}; send false or omit it.")
     if req.input_embeds is not None:
         raise ProtocolError.value("The dev server does not accept input_embeds; send text or input_ids.")
-    if (req.text is None) == (req.input_ids is None):
+    if (req.text is None) == (input_ids is None):
         raise ProtocolError.value("Either text, input_ids or input_embeds should be provided.")
-
-    if req.text is not None:
-        is_batch = isinstance(req.text, list)
-        texts: list[str | None] = list(req.text) if isinstance(req.text, list) else [req.text]
-        id_lists: list[list[int] | None] = [None] * len(texts)
-    else:
-        assert req.input_ids is not None
-        if not req.input_ids:
-            raise ProtocolError.value("input_ids cannot be empty.")
-        is_batch = isinstance(req.input_ids[0], list)
-        id_lists = list(req.input_ids) if is_batch else [req.input_ids]  # type: ignore[list-item]
-        texts = [None] * len(id_lists)
-        if any(not ids for ids in id_lists):
-            raise ProtocolError.value("input_ids cannot be empty.")
-    size = len(texts)
-    if size == 0:
-        raise ProtocolError.value("The batch is empty: text must hold at least one prompt.")
-
-    if isinstance(raw_params, list):
-        if len(params_list) != size:
-            raise ProtocolError.value(
-                f"The length of sampling_params ({len(params_list)}) does not match the batch size ({size})."
-            )
-    else:  # one dict for the whole batch: independent copies so no prompt aliases another's
-        params_list += [SamplingParams.from_json(raw_params) for _ in range(size - 1)]
-    n = params_list[0].n
-    if any(params.n != n for params in params_list):
-        raise ProtocolError.value(
-            "The parallel_sample_num should be the same for all samples in sample params."
-        )
-    if n > 1:  # GenerateReqInput._normalize_logprob_params
-        for name in ("return_logprob", "logprob_start_len", "top_logprobs_num"):
-            if isinstance(getattr(req, name), list):
-                raise ProtocolError.value(f"Cannot use list {name} with parallel_sample_num > 1")
-        if req.token_ids_logprob and isinstance(req.token_ids_logprob[0], list):
-            raise ProtocolError.value("Cannot use list token_ids_logprob with parallel_sample_num > 1")
-
-    if isinstance(req.rid, list):
-        if not is_batch:
-            raise ProtocolError.value("The rid should be a string for a single request.")
-        if len(req.rid) != size:  # GenerateReqInput._normalize_rid, then _validate_rid_uniqueness
-            raise ProtocolError.value(
-                "The specified rids length mismatch with the batch_size for batch processing."
-            )
-        duplicates = [rid for rid, count in collections.Counter(req.rid).items() if count > 1]
-        if duplicates:
-            raise ProtocolError.value(f"Duplicate request IDs detected within the request: {duplicates}")
-        rids: list[str | None] = list(req.rid)
-    elif req.rid is not None and is_batch:
-        rids = [f"{req.rid}_{i}" for i in range(size)]
-    else:
-        rids = [req.rid] * size
-
-    return_logprob = _per_item(req.return_logprob, size, "return_logprob")
-    start_len = _per_item(req.logprob_start_len, size, "logprob_start_len")
-    top_num = _per_item(req.top_logprobs_num, size, "top_logprobs_num")
-    ids_logprob_value = req.token_ids_logprob
-    if ids_logprob_value and isinstance(ids_logprob_value[0], list):
-        ids_logprob = _per_item(ids_logprob_value, size, "token_ids_logprob")
-    else:
-        ids_logprob = [ids_logprob_value] * size
-
-    prompts = []
-    for i in range(size):
-        start = -1 if start_len[i] is None else int(start_len[i])
-        if start < -1:
-            raise ProtocolError.value(f"logprob_start_len must be -1 or at least 0, got {start}.")
-        top = 0 if top_num[i] is None else int(top_num[i])
-        if top < 0:
-            raise ProtocolError.value(f"top_logprobs_num must be at least 0, got {top}.")
-        prompts.append(
-            PromptSpec(
-                index=i,
-                rid=rids[i],
-                text=texts[i],
-                input_ids=id_lists[i],
-                params=params_list[i],
-                return_logprob=bool(return_logprob[i]),
-                logprob_start_len=start,
-                top_logprobs_num=top,
-                token_ids_logprob=list(ids_logprob[i]) if ids_logprob[i] else None,
-            )
-        )
+    if input_ids is not None and not input_ids:
+        raise ProtocolError.value("input_ids cannot be empty.")
+    start = -1 if req.logprob_start_len is None else req.logprob_start_len
+    if start < -1:
+        raise ProtocolError.value(f"logprob_start_len must be -1 or at least 0, got {start}.")
+    top = 0 if req.top_logprobs_num is None else req.top_logprobs_num
+    if top < 0:
+        raise ProtocolError.value(f"top_logprobs_num must be at least 0, got {top}.")
     hidden_modes = req.return_hidden_states
     for mode in hidden_modes if isinstance(hidden_modes, list) else [hidden_modes]:
         if not isinstance(mode, bool) and mode != "last":  # schedule_batch.get_return_hidden_states_mode
             raise ProtocolError.value("return_hidden_states must be a boolean or the string literal 'last'.")
     processors = req.custom_logit_processor
     return ParsedGenerate(
-        prompts=prompts,
-        is_batch=is_batch,
-        n=n,
-        stream=req.stream,
-        return_text_in_logprobs=req.return_text_in_logprobs,
-        return_prompt_token_ids=req.return_prompt_token_ids,
+        rid=req.rid,
+        text=req.text,
+        input_ids=input_ids,
+        params=params,
+        return_logprob=bool(req.return_logprob),
+        logprob_start_len=start,
+        top_logprobs_num=top,
+        token_ids_logprob=token_ids_logprob,
         return_routed_experts=req.return_routed_experts,
         routed_experts_start_len=req.routed_experts_start_len,
         return_hidden_states=(
@@ -563,6 +502,11 @@ class SpeculativeDecoding:
 
     @classmethod
     def from_options(cls, algorithm: str | None, num_draft_tokens: int | None) -> SpeculativeDecoding | None:
+        """Parse ``--speculative-algorithm``/``--speculative-num-draft-tokens`` (None: off).
+
+        Raises:
+            ValueError: an algorithm not emulated, draft tokens without an algorithm, or fewer than 2.
+        """
         if algorithm is None:
             if num_draft_tokens is not None:
                 raise ValueError("speculative_num_draft_tokens needs speculative_algorithm")
@@ -579,10 +523,12 @@ class SpeculativeDecoding:
 
     @property
     def num_steps(self) -> int:
+        """Draft steps of the chain: ``num_draft_tokens - 1``."""
         return self.num_draft_tokens - 1
 
     @property
     def eagle_topk(self) -> int:
+        """Draft tokens per step: always 1 (a chain)."""
         return 1
 
     @property
@@ -614,10 +560,12 @@ class ContextLimits:
 
     @property
     def max_req_len(self) -> int:
+        """SGLang's ``max_req_len``: ``min(C - 1, max_total_tokens - 1)``."""
         return min(self.context_length - 1, self.max_total_tokens - 1)
 
     @property
     def max_req_input_len(self) -> int:
+        """SGLang's ``max_req_input_len``: ``max_req_len - 5``."""
         return self.max_req_len - 5
 
     def check_tokenizer_stage(self, prompt_tokens: int, params: SamplingParams) -> None:
@@ -638,6 +586,7 @@ class ContextLimits:
             )
 
     def check_scheduler_stage(self, prompt_tokens: int) -> None:
+        """The scheduler's check: the prompt must be shorter than ``max_req_input_len`` (else a 400)."""
         limit = self.max_req_input_len
         if prompt_tokens >= limit:
             raise ProtocolError.value(

@@ -37,6 +37,7 @@ class DevServerThread:
         self.url = ""
 
     def start(self) -> DevServerThread:
+        """Start the server thread and wait until it serves (``start_timeout`` at most)."""
         if self._thread is not None:
             raise RuntimeError("this DevServerThread is already started")
         started: concurrent.futures.Future[DevServer] = concurrent.futures.Future()
@@ -82,20 +83,24 @@ class DevServerThread:
 
     @property
     def request_log(self) -> list[dict[str, Any]]:
+        """The server's request log (:attr:`DevServer.request_log`), read on its loop."""
         assert self.server is not None
         server = self.server
         return self.call(lambda: server.request_log)
 
     def clear_request_log(self) -> None:
+        """Forget the logged requests."""
         assert self.server is not None
         self.call(self.server.clear_request_log)
 
     def inject_fault(self, **spec: Any) -> None:
+        """Queue a fault, as :meth:`DevServer.inject_fault`."""
         assert self.server is not None
         server = self.server
         self.call(lambda: server.inject_fault(**spec))
 
     def stop(self) -> None:
+        """Stop the server and join its thread (30 s at most)."""
         if self._loop is None or self._thread is None:
             return
         if self._loop.is_running():
@@ -136,6 +141,7 @@ class DevServerProcess:
         self._pumps: list[threading.Thread] = []
 
     def start(self) -> DevServerProcess:
+        """Spawn the process, wait for its URL line and a healthy ``/health``."""
         if self.process is not None:
             raise RuntimeError("this DevServerProcess is already started")
         env = dict(os.environ if self.env is None else self.env)
@@ -203,6 +209,7 @@ class DevServerProcess:
             time.sleep(0.05)
 
     def stop(self) -> None:
+        """Terminate the process (kill it after 10 s) and close its pipes."""
         process, self.process = self.process, None
         if process is None:
             return
@@ -221,6 +228,7 @@ class DevServerProcess:
 
     @property
     def stderr_tail(self) -> str:
+        """The last 50 lines the process wrote to stderr."""
         return "".join(self._stderr_tail)
 
     def __enter__(self) -> DevServerProcess:

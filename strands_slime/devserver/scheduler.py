@@ -71,23 +71,29 @@ class Scheduler:
 
     @property
     def num_running(self) -> int:
+        """Requests generating now."""
         return len(self._running)
 
     @property
     def num_waiting(self) -> int:
+        """Requests queued for a running slot."""
         return len(self._waiting)
 
     @property
     def paused(self) -> bool:
+        """True between ``/pause_generation`` and ``/continue_generation``."""
         return not self._resume.is_set()
 
     def used_tokens(self) -> int:
+        """Tokens (prompt + output so far) held by running requests: the emulated KV usage."""
         return sum(req.prompt_tokens + len(req.output_ids) for req in self._running)
 
     def waiting_tokens(self) -> int:
+        """Prompt tokens of the queued requests."""
         return sum(req.prompt_tokens for req in self._waiting)
 
     def gen_throughput(self) -> float:
+        """Output tokens per second over the last few seconds (``/v1/loads``' ``gen_throughput``)."""
         now = time.monotonic()
         while self._generated and now - self._generated[0][0] > _THROUGHPUT_WINDOW_S:
             self._generated.popleft()
@@ -126,6 +132,34 @@ class Scheduler:
             self.abort_one(request)
             raise
 
+    async def submit_all(self, requests: list[GenerationRequest]) -> list[dict[str, Any]]:
+        """Run several requests at once; if one fails or the caller goes away, abort the rest.
+
+        Raises:
+            ProtocolError: the first refusal (queue full, duplicate rid) among them.
+        """
+        if len(requests) == 1:
+            return [await self.submit(requests[0])]
+        tasks = [asyncio.ensure_future(self.submit(request)) for request in requests]
+        try:
+            return list(await asyncio.gather(*tasks))
+        except BaseException:
+            for task in tasks:
+                task.cancel()  # cancelling a submit aborts its request
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+
+    async def submit_samples(
+        self, base: GenerationRequest, n: int, seeds: Callable[[], int]
+    ) -> list[dict[str, Any]]:
+        """SGLang's ``n > 1``: one hidden prefill-only warm-up, then ``n`` samples with fresh rids.
+
+        ``seeds`` gives each sample's sampling seed (the request's own when it sent
+        ``sampling_seed``, else a fresh draw per sample).
+        """
+        await self.submit(base.sample_copy(seed=base.seed, warmup=True))
+        return await self.submit_all([base.sample_copy(seed=seeds()) for _ in range(n)])
+
     def _start(self, request: GenerationRequest) -> None:
         request.status = "running"
         self._running.add(request)
@@ -140,17 +174,6 @@ class Scheduler:
 
     # ------------------------------------------------------------------ running
 
-    async def _wait_resume(self, request: GenerationRequest) -> None:
-        """Hold a running request while paused in place; an abort releases it."""
-        while self.paused and not request.abort_requested:
-            resumed = asyncio.ensure_future(self._resume.wait())
-            woken = asyncio.ensure_future(request.wake.wait())
-            try:
-                await asyncio.wait({resumed, woken}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                resumed.cancel()
-                woken.cancel()
-
     def _count_generated(self, count: int) -> None:
         self.total_generated_tokens += count
         self._generated.append((time.monotonic(), count))
@@ -164,7 +187,6 @@ class Scheduler:
             if len(request.output_ids) >= request.max_new_tokens:
                 request.finish_reason = {"type": "length", "length": request.max_new_tokens}
                 return
-            await self._wait_resume(request)
             remaining = request.max_new_tokens - len(request.output_ids)
             steps = await generation.next_tokens(1 if self.token_latency else remaining)
             if self.token_latency and steps:
@@ -183,8 +205,6 @@ class Scheduler:
             if request.abort_requested:
                 request.finish_reason = dict(ABORTED_RUNNING)
                 return
-            if request.progress is not None:
-                request.progress.set()
 
     async def _execute(self, request: GenerationRequest) -> None:
         assert request.future is not None
@@ -222,13 +242,12 @@ class Scheduler:
                 request.future.set_exception(outcome)
             else:
                 request.future.set_result(outcome)
-        if request.progress is not None:
-            request.progress.set()
         self._admit_waiting()
 
     # ------------------------------------------------------------------ abort / pause
 
     def abort_one(self, request: GenerationRequest) -> None:
+        """Abort one request: a queued one answers at once, a running one after its next step."""
         if request.status == "queued":
             self._waiting.pop(request, None)
             request.status = "finished"
@@ -236,11 +255,8 @@ class Scheduler:
                 del self.live[request.rid]
             if request.future is not None and not request.future.done():
                 request.future.set_result(render_queued_abort(request, self._weight_version()))
-            if request.progress is not None:
-                request.progress.set()
         elif request.status == "running":
             request.abort_requested = True
-            request.wake.set()
 
     def abort(self, rid: str | None = None, *, abort_all: bool = False) -> int:
         """Abort like SGLang 0.5.23 (one tokenizer worker); returns how many requests matched.
@@ -260,15 +276,14 @@ class Scheduler:
             self.abort_one(request)
         return len(targets)
 
-    def pause(self, mode: str) -> None:
-        """``/pause_generation``: ``abort`` aborts everything; ``in_place``/``retract`` hold it."""
-        if mode not in ("abort", "in_place", "retract"):
-            raise ProtocolError.value(f"mode must be one of 'abort', 'in_place', 'retract', got {mode!r}.")
+    def pause(self) -> None:
+        """``/pause_generation`` in SGLang's default ``abort`` mode: abort everything; new requests
+        wait until :meth:`resume` (slime pauses like this around a weight update)."""
         self._resume.clear()
-        if mode == "abort":
-            self.abort(abort_all=True)
+        self.abort(abort_all=True)
 
     def resume(self) -> None:
+        """``/continue_generation``: admit the requests that waited while paused."""
         self._resume.set()
 
     async def wait_until_idle(self, timeout: float = 30.0) -> bool:

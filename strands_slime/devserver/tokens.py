@@ -49,6 +49,7 @@ class RustTokenizer:
         return self._tokenizer.get_vocab_size(with_added_tokens=True)
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        """Token ids of ``text``."""
         return self._tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
 
     def decode(
@@ -57,30 +58,36 @@ class RustTokenizer:
         skip_special_tokens: bool = False,
         spaces_between_special_tokens: bool = True,
     ) -> str:
+        """Text of ``ids`` (``spaces_between_special_tokens`` is accepted for the transformers signature)."""
         return self._tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens)
 
     def convert_ids_to_tokens(self, token_id: int) -> str | None:
+        """The vocabulary entry of ``token_id``."""
         return self._tokenizer.id_to_token(token_id)
 
     def convert_tokens_to_ids(self, token: str) -> int | None:
+        """The id of a vocabulary entry, or None."""
         return self._tokenizer.token_to_id(token)
 
     def get_vocab(self) -> dict[str, int]:
+        """Every vocabulary entry with its id, added tokens included."""
         return self._tokenizer.get_vocab(with_added_tokens=True)
 
 
-@functools.lru_cache(maxsize=8)
 def load_devserver_tokenizer(name_or_path: str | None = None) -> Any:
-    """The bundled Qwen3 tokenizer (None/"qwen3") or a local directory, loaded once per process.
+    """The bundled Qwen3 tokenizer (None/"qwen3") or a local directory, loaded once per process (the
+    runtime keeps it).
 
     Directories with a ``tokenizer.json`` use :class:`RustTokenizer`; others go through transformers.
     """
+    from strands_slime.runtime import get_runtime
     from strands_slime.tokenizer import load_tokenizer, resolve_tokenizer_path
 
     path = Path(resolve_tokenizer_path(name_or_path))
-    if (path / "tokenizer.json").exists():
-        return RustTokenizer(path)
-    return load_tokenizer(str(path))
+    if not (path / "tokenizer.json").exists():
+        return load_tokenizer(str(path))
+    runtime = get_runtime()
+    return runtime.cached(runtime.tokenizers, ("devserver", str(path)), lambda: RustTokenizer(path))
 
 
 class TokenizerWorker:
@@ -93,13 +100,15 @@ class TokenizerWorker:
 
     @property
     def name_or_path(self) -> str:
+        """Where the tokenizer came from (``/model_info``'s ``tokenizer_path``)."""
         return str(getattr(self.tokenizer, "name_or_path", "") or "")
 
     def decodes_by_concatenation(self) -> bool:
         """True for byte-level tokenizers: decode(a + b) == decode(a) + decode(b) at a character
         boundary. Others (SentencePiece strips a leading space) must decode whole sequences."""
-        backend = getattr(self.tokenizer, "_tokenizer", None) or getattr(
-            self.tokenizer, "backend_tokenizer", None
+        # transformers' public backend_tokenizer, else our RustTokenizer's own attribute
+        backend = getattr(self.tokenizer, "backend_tokenizer", None) or getattr(
+            self.tokenizer, "_tokenizer", None
         )
         decoder = getattr(backend, "decoder", None)
         return type(decoder).__name__ == "ByteLevel" and not getattr(
@@ -123,6 +132,7 @@ class TokenizerWorker:
 
     # Synchronous forms, for code already running on the tokenizer thread.
     def encode_sync(self, text: str, *, add_special_tokens: bool = False) -> list[int]:
+        """Token ids of ``text`` (on the tokenizer thread)."""
         return list(self.tokenizer.encode(text, add_special_tokens=add_special_tokens))
 
     def decode_sync(
@@ -132,6 +142,7 @@ class TokenizerWorker:
         skip_special_tokens: bool = False,
         spaces_between_special_tokens: bool = True,
     ) -> str:
+        """Text of ``ids`` (on the tokenizer thread)."""
         if not ids:
             return ""
         return self.tokenizer.decode(
@@ -140,11 +151,8 @@ class TokenizerWorker:
             spaces_between_special_tokens=spaces_between_special_tokens,
         )
 
-    def token_texts_sync(self, ids: Sequence[int]) -> list[str]:
-        """Each id decoded on its own (SGLang's ``return_text_in_logprobs`` texts)."""
-        return [self.tokenizer.decode([tok]) for tok in ids]
-
     async def encode(self, text: str, *, add_special_tokens: bool = False) -> list[int]:
+        """Token ids of ``text``, computed on the tokenizer thread."""
         return await self.run(self.encode_sync, text, add_special_tokens=add_special_tokens)
 
     async def decode(
@@ -154,6 +162,7 @@ class TokenizerWorker:
         skip_special_tokens: bool = False,
         spaces_between_special_tokens: bool = True,
     ) -> str:
+        """Text of ``ids``, decoded on the tokenizer thread."""
         if not ids:
             return ""
         return await self.run(
@@ -164,4 +173,5 @@ class TokenizerWorker:
         )
 
     def close(self) -> None:
+        """Stop the tokenizer thread."""
         self._executor.shutdown(wait=False, cancel_futures=True)

@@ -13,7 +13,7 @@ from strands_slime.sandbox.config import SandboxConfig
 
 _LAZY = {
     "Sandbox": ("strands_slime.sandbox.core", "Sandbox"),
-    "SandboxError": ("strands_slime.sandbox.core", "SandboxError"),
+    "SandboxError": ("strands_slime.sandbox.base", "SandboxError"),
     "get_shared_sandbox": ("strands_slime.sandbox.core", "get_shared_sandbox"),
     "ExecutionResult": ("strands_slime.sandbox.result", "ExecutionResult"),
     "ResultKind": ("strands_slime.sandbox.result", "ResultKind"),

@@ -185,6 +185,8 @@ def _probe_in_child(action: Any) -> str | None:
 
 
 class Zygote:
+    """The pre-started interpreter: sets up isolation once, forks workers, enforces deadlines, reaps."""
+
     def __init__(self, control: socket.socket, parent_pid: int) -> None:
         self.control = control
         self.parent_pid = parent_pid
@@ -209,6 +211,7 @@ class Zygote:
 
     # ------------------------------------------------------------------ start-up
     def start(self) -> None:
+        """Read ``init``, set up paths, isolation and preloads, then report ``ready`` (or ``fatal``)."""
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() != self.parent_pid:
             os._exit(1)
@@ -480,6 +483,7 @@ class Zygote:
 
     # ------------------------------------------------------------------ serving
     def serve(self) -> None:
+        """Handle the parent's messages, child exits and deadlines until shutdown; never returns."""
         wake_read, wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         signal.set_wakeup_fd(wake_write, warn_on_full_buffer=False)
         signal.signal(signal.SIGCHLD, lambda *_: None)
@@ -649,6 +653,10 @@ class Zygote:
                     break
         finally:
             os.setresuid(0, 0, 0)
+            # The kernel clears the parent-death signal on every change of the effective uid.
+            _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != self.parent_pid:  # the parent died while it was cleared: what the signal does
+            os.kill(os.getpid(), signal.SIGKILL)
 
     def _reap(self) -> None:
         reaped_stray = False
@@ -767,6 +775,7 @@ class _Worker:
         self.warm_up = warm_up
 
     def run(self) -> None:
+        """Prepare, wait for the one request, run it and exit (never returns)."""
         try:
             self._prepare()
         except BaseException as exc:
@@ -1042,6 +1051,7 @@ def _print_user_traceback(exc: BaseException, traceback: Any) -> None:
 
 
 def main() -> None:
+    """Entry point: ``python -I -S _zygote.py <socket-fd> <parent-pid>``."""
     control = socket.socket(fileno=int(sys.argv[1]))
     zygote = Zygote(control, int(sys.argv[2]))
     zygote.start()

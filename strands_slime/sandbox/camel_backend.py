@@ -14,6 +14,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from strands_slime.sandbox.base import SandboxError, importable_modules
 from strands_slime.sandbox.config import SandboxConfig
 from strands_slime.sandbox.result import ExecutionResult, ResultKind
 
@@ -58,23 +59,21 @@ class CamelBackend:
 
     @property
     def pid(self) -> None:
+        """camel keeps no long-lived process."""
         return None
 
     async def start(self) -> None:
+        """Create the thread pool. Raises ``SandboxError`` when camel-ai is not installed."""
         if self._executor is None:
             try:
                 from camel.interpreters import SubprocessInterpreter  # noqa: F401
             except ImportError as exc:
-                from strands_slime.sandbox.core import SandboxError
-
                 raise SandboxError(
                     "the camel backend needs camel-ai: pip install 'strands-slime[camel]'"
                 ) from exc
             self._executor = ThreadPoolExecutor(
                 max_workers=self.config.effective_max_concurrency, thread_name_prefix="camel-sandbox"
             )
-            from strands_slime.sandbox.core import importable_modules
-
             # camel runs code with this interpreter's packages: report those it can import
             self.capabilities["preloaded"] = await asyncio.to_thread(
                 importable_modules, self.config.preload_modules
@@ -92,6 +91,7 @@ class CamelBackend:
         return interpreter.run(code, "python")
 
     async def execute(self, code: str, timeout_s: float, cpu_s: float) -> ExecutionResult:
+        """Run ``code`` with camel on a pool thread; camel's failures come back as ``INFRA``."""
         del cpu_s  # camel has no CPU limit
         started = time.monotonic()
         try:
@@ -137,6 +137,13 @@ class CamelBackend:
         )
 
     async def close(self) -> None:
+        """Shut the thread pool down once its running calls finished (off the loop)."""
         if self._executor is not None:
             executor, self._executor = self._executor, None
             await asyncio.to_thread(executor.shutdown, wait=True)
+
+    def kill(self) -> None:
+        """Shut the thread pool down without waiting (the event loop is gone)."""
+        if self._executor is not None:
+            executor, self._executor = self._executor, None
+            executor.shutdown(wait=False, cancel_futures=True)

@@ -81,8 +81,9 @@ class SandboxConfig(BaseModel):
     )
     private_tmp: bool = Field(
         default=True,
-        description="Give each execution a private mount namespace: a fresh tmpfs as /tmp and working "
-        "directory, and read-only /var/tmp, /dev/shm and /run/lock.",
+        description="Give each execution a private mount namespace: fresh, writable tmpfs mounts of "
+        "workdir_size_mb each as /tmp (also the working directory) and as /dev/shm, and read-only "
+        "/var/tmp, /run/lock and /var/lock.",
     )
     drop_privileges: bool = Field(
         default=True,
@@ -151,8 +152,10 @@ class SandboxConfig(BaseModel):
 
     @property
     def effective_cpu_time_s(self) -> float:
+        """CPU-seconds per process: ``cpu_time_s``, or ``timeout_s`` when unset."""
         return self.cpu_time_s if self.cpu_time_s is not None else self.timeout_s
 
     @property
     def effective_max_concurrency(self) -> int:
+        """Executions at once: ``max_concurrency``, or 4 per core (at least 8) when unset."""
         return self.max_concurrency if self.max_concurrency is not None else default_max_concurrency()

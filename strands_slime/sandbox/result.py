@@ -47,14 +47,17 @@ class ExecutionResult:
 
     @property
     def ok(self) -> bool:
+        """True when the code ran and exited 0."""
         return self.kind is ResultKind.OK
 
     @property
     def infra_failure(self) -> bool:
+        """True when the sandbox itself failed (the rollout drops such samples)."""
         return self.kind is ResultKind.INFRA
 
     @property
     def signal_name(self) -> str | None:
+        """The name of the signal that ended the process (``SIGKILL``, ...), None if none did."""
         if self.exit_code is None or self.exit_code >= 0:
             return None
         try:

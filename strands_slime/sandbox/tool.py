@@ -25,7 +25,8 @@ from strands.tools.tools import PythonAgentTool
 from strands.types.tools import AgentTool, ToolResult, ToolSpec, ToolUse
 
 from strands_slime.client import SGLangAbortedError, run_abortable
-from strands_slime.sandbox.core import Sandbox, importable_modules
+from strands_slime.sandbox.base import importable_modules
+from strands_slime.sandbox.core import Sandbox
 from strands_slime.sandbox.result import ExecutionResult, ResultKind
 
 TOOL_NAME = "execute_python_code"
@@ -48,6 +49,7 @@ class ToolStats:
     seconds: float = 0.0
 
     def record(self, result: ExecutionResult) -> None:
+        """Count one call and its outcome."""
         self.calls += 1
         self.seconds += result.duration_s
         if result.kind is ResultKind.INFRA:

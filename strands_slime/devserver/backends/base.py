@@ -8,41 +8,12 @@ backends follow the protocol identically.
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from strands_slime.devserver.request import GenerationRequest, PrefillResult, TokenStep
+
 if TYPE_CHECKING:
-    from strands_slime.devserver.engine import GenerationRequest
     from strands_slime.devserver.tokens import TokenizerWorker
-
-LogprobPairs = list[tuple[float, int]]
-"""``[(logprob, token_id), ...]`` as used for top-k and requested-id logprobs."""
-
-
-@dataclass(slots=True)
-class TokenStep:
-    """One generated token with its logprob (and the optional extra logprob views)."""
-
-    token_id: int
-    logprob: float
-    top_logprobs: LogprobPairs | None = None
-    token_ids_logprobs: LogprobPairs | None = None
-    top_p_ids: list[int] | None = None
-    """The token ids the top-p nucleus kept at this step (None: just ``token_id``)."""
-
-
-@dataclass(slots=True)
-class PrefillResult:
-    """What the prompt pass reports: the prefix-cache hit and, when asked for, prompt logprobs.
-
-    ``input_logprobs`` holds one value per token of ``prompt[logprob_start_len:]``; the first is None
-    (SGLang never scores the first returned prompt token).
-    """
-
-    cached_tokens: int
-    input_logprobs: list[float | None] = field(default_factory=list)
-    input_top_logprobs: list[LogprobPairs | None] | None = None
-    input_token_ids_logprobs: list[LogprobPairs | None] | None = None
 
 
 class Generation(abc.ABC):

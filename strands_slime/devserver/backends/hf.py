@@ -25,13 +25,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 
-from strands_slime.devserver.backends.base import Backend, Generation, PrefillResult, TokenStep
+from strands_slime.devserver.backends.base import Backend, Generation
 from strands_slime.devserver.prefix_cache import PrefixCache
+from strands_slime.devserver.request import GenerationRequest, PrefillResult, TokenStep
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
-    from strands_slime.devserver.engine import GenerationRequest
     from strands_slime.devserver.tokens import TokenizerWorker
 
 logger = logging.getLogger(__name__)
@@ -130,7 +130,7 @@ class HFBackend(Backend):
             else:
                 model = self._load(str(model_path))
         self.model = model.eval()
-        self.model_path = model_path or str(getattr(model.config, "_name_or_path", "") or "in-memory")
+        self.model_path = model_path or str(getattr(model.config, "name_or_path", "") or "in-memory")
         self.config = model.config
         text_config = self.config.get_text_config()
         self.vocab_size = int(text_config.vocab_size)
@@ -187,6 +187,7 @@ class HFBackend(Backend):
         return bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn`` on the model thread (all torch work happens there)."""
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, functools.partial(fn, *args))
 
@@ -203,12 +204,15 @@ class HFBackend(Backend):
         return DynamicCache(ddp_cache_data=data, config=self.config)
 
     async def prepare(self, request: GenerationRequest) -> None:
+        """Compile the request's grammar, if any (a 400 when it does not compile)."""
         await self.compile_grammar(request)
 
     def open(self, request: GenerationRequest) -> Generation:
+        """Start generating for an admitted request."""
         return _HFGeneration(self, request)
 
     def model_info(self) -> dict[str, Any]:
+        """Model path, tokenizer path, model type and architectures for ``/model_info``."""
         text_config = self.config.get_text_config()
         return {
             "model_path": self.model_path,
@@ -218,12 +222,15 @@ class HFBackend(Backend):
         }
 
     def flush_cache(self) -> None:
+        """Drop every cached prefix (on the model thread, which owns the cache)."""
         self._executor.submit(self.prefix_cache.clear)  # the cache belongs to the model thread
 
     def cache_stats(self) -> dict[str, Any]:
+        """The prefix cache's counters."""
         return self.prefix_cache.stats()
 
     async def close(self) -> None:
+        """Stop the model thread."""
         self._executor.shutdown(wait=True, cancel_futures=True)
 
 

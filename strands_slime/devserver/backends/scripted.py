@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from strands_slime.devserver.backends.base import Backend, Generation, PrefillResult, TokenStep
+from strands_slime.devserver.backends.base import Backend, Generation
 from strands_slime.devserver.prefix_cache import PrefixCache
 from strands_slime.devserver.protocol import ProtocolError
+from strands_slime.devserver.request import GenerationRequest, PrefillResult, TokenStep
 
 if TYPE_CHECKING:
-    from strands_slime.devserver.engine import GenerationRequest
     from strands_slime.devserver.tokens import TokenizerWorker
 
 ASSISTANT_MARKER = "<|im_start|>assistant"
@@ -46,6 +46,8 @@ class Reply:
 
 @dataclass(frozen=True, slots=True)
 class Rule:
+    """One script rule: the first rule whose ``match`` occurs in the prompt answers (None: any)."""
+
     match: str | None
     replies: tuple[Reply, ...]
 
@@ -299,6 +301,11 @@ class ScriptedBackend(Backend):
         return table
 
     async def prepare(self, request: GenerationRequest) -> None:
+        """Pick the rule and reply for the prompt and check it against the request's grammar.
+
+        Raises:
+            ProtocolError: no rule matches, or the reply violates the request's constraint.
+        """
         await self.compile_grammar(request)
         if not self._needs_prompt_text:
             request.backend_state = _ScriptedState(self.reply_ids[0][0], None)
@@ -344,9 +351,11 @@ class ScriptedBackend(Backend):
         return await self.tokens.decode(ids, skip_special_tokens=False)
 
     def open(self, request: GenerationRequest) -> Generation:
+        """Start replaying the chosen reply for an admitted request."""
         return _ScriptedGeneration(self, request)
 
     def model_info(self) -> dict[str, Any]:
+        """Pretend model info for ``/model_info`` (the tokenizer's path and a scripted model type)."""
         return {
             "model_path": f"scripted:{self.script.name}",
             "tokenizer_path": self.tokens.name_or_path,
@@ -355,9 +364,11 @@ class ScriptedBackend(Backend):
         }
 
     def flush_cache(self) -> None:
+        """Drop every cached prefix."""
         self.prefix_cache.clear()
 
     def cache_stats(self) -> dict[str, Any]:
+        """The prefix cache's counters."""
         return self.prefix_cache.stats()
 
 

@@ -1,0 +1,281 @@
+"""The process-wide state of strands_slime, with one owner.
+
+slime calls ``generate`` and ``reward_func`` as plain functions, hundreds of times per rollout, so
+what must outlive one call lives here: HTTP clients, loaded tokenizers, chat templaters, rollout
+configs, chat-template files, sandboxes, math-verify workers, the one-time start-up results, the
+messages already logged, and the garbage-collector tuning. :func:`get_runtime` creates the
+:class:`Runtime` on first use; :meth:`Runtime.close` releases what it holds (clients, sandboxes,
+workers) from async code, :meth:`Runtime.reset` does the same synchronously (tests, interpreter
+exit).
+
+This module imports nothing of the package (every other module may import it); the caches hold
+whatever their users put there and are released by duck typing (``close()``/``kill()``).
+
+State scoped to one event loop (per-loop start-up gates, abort watchers, a client's per-loop
+sessions) stays with its module in ``WeakKeyDictionary``s keyed by the loop, and goes with the loop.
+Pure memoisation of deterministic functions (answer normalisation, grammar compiles) stays in
+``functools`` caches: it holds no resources and cannot go stale.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import gc
+import inspect
+import logging
+import threading
+import weakref
+from collections.abc import Callable, Hashable, Iterable
+from typing import Any, TypeVar
+
+__all__ = ["CACHE_NAMES", "Runtime", "get_runtime"]
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+CACHE_NAMES = (
+    "clients",
+    "tokenizers",
+    "templaters",
+    "configs",
+    "texts",
+    "loaded",
+    "verifiers",
+    "sandboxes",
+    "logged",
+)
+"""The caches a :class:`Runtime` holds, by attribute name."""
+_CLOSE_WAIT_S = 10.0
+"""How long :meth:`Runtime.close` waits for one resource of another live event loop to close."""
+
+
+class Runtime:
+    """Every process-wide cache of the package, closable and resettable.
+
+    The caches are plain dicts for their users to read and fill (``runtime.clients[key] = client``);
+    :meth:`cached` does a get-or-create under the runtime's lock for users called from several
+    threads. Hold no reference to a cache across :meth:`reset`/:meth:`close`: they empty it in place.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.clients: dict[Hashable, Any] = {}
+        """SGLang clients per router URL and settings (``rollout.get_client``)."""
+        self.tokenizers: dict[Hashable, Any] = {}
+        """Hugging Face tokenizers per path (``tokenizer.load_tokenizer``)."""
+        self.templaters: dict[Hashable, Any] = {}
+        """Chat templaters per tokenizer, template and options (``chat.get_templater``)."""
+        self.configs: dict[Hashable, Any] = {}
+        """Validated rollout configs per source (``config.get_rollout_config``)."""
+        self.texts: dict[str, str] = {}
+        """Files read once (chat templates named in the rollout config)."""
+        self.loaded: dict[Hashable, Any] = {}
+        """Results of ``startup.load_once`` (one-time blocking loads run in a worker thread)."""
+        self.verifiers: dict[Hashable, Any] = {}
+        """math-verify worker pools per settings (``math_answer.get_math_verifier``)."""
+        self.sandboxes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, Any]] = (
+            weakref.WeakKeyDictionary()
+        )
+        """Shared sandboxes per event loop and sandbox config (``sandbox.get_shared_sandbox``)."""
+        self.logged: set[str] = set()
+        """Messages :meth:`first_time` has seen (errors logged once per process)."""
+        self._gc_saved_threshold: tuple[int, int, int] | None = None
+
+    # ------------------------------------------------------------------ caches
+
+    def cached(self, cache: dict[Hashable, T], key: Hashable, create: Callable[[], T]) -> T:
+        """``cache[key]``, created by ``create()`` on first use.
+
+        ``create`` runs outside the lock (it may be slow, e.g. loading a tokenizer), so two threads
+        asking at the same time may both create; the first stored value wins and both get it.
+        """
+        with self.lock:
+            if key in cache:
+                return cache[key]
+        value = create()
+        with self.lock:
+            return cache.setdefault(key, value)
+
+    def read_text(self, path: str) -> str:
+        """The UTF-8 text of ``path``, read once per process.
+
+        Raises:
+            OSError: the file cannot be read (nothing is cached then).
+        """
+        with self.lock:
+            text = self.texts.get(path)
+        if text is None:
+            with open(path, encoding="utf-8") as handle:
+                text = handle.read()
+            with self.lock:
+                text = self.texts.setdefault(path, text)
+        return text
+
+    def first_time(self, message: str) -> bool:
+        """True the first time ``message`` is seen in this process (to log an error once, not per sample)."""
+        with self.lock:
+            if message in self.logged:
+                return False
+            self.logged.add(message)
+            return True
+
+    # ------------------------------------------------------------------ garbage collector
+
+    @property
+    def gc_tuned(self) -> bool:
+        """Whether :meth:`tune_gc` is in effect."""
+        return self._gc_saved_threshold is not None
+
+    def tune_gc(self, thresholds: tuple[int, int, int]) -> bool:
+        """Freeze what is alive now and raise the collector's thresholds to at least ``thresholds``.
+
+        Once per runtime: later calls do nothing until :meth:`restore_gc` (or a reset/close) undoes it.
+
+        Returns:
+            True when this call tuned the collector.
+        """
+        with self.lock:
+            if self._gc_saved_threshold is not None:
+                return False
+            current = gc.get_threshold()
+            self._gc_saved_threshold = current
+            gc.freeze()
+            gc.set_threshold(*(max(a, b) for a, b in zip(current, thresholds, strict=True)))
+            return True
+
+    def restore_gc(self) -> None:
+        """Undo :meth:`tune_gc`: unfreeze the frozen objects and restore the thresholds it found."""
+        with self.lock:
+            saved, self._gc_saved_threshold = self._gc_saved_threshold, None
+            if saved is None:
+                return
+            gc.unfreeze()
+            gc.set_threshold(*saved)
+
+    # ------------------------------------------------------------------ release
+
+    def _take_all(
+        self, keep: frozenset[str] = frozenset()
+    ) -> tuple[list[Any], list[tuple[asyncio.AbstractEventLoop, Any]], list[Any]]:
+        """Empty every cache but those named in ``keep``; return what needs releasing: clients,
+        (loop, sandbox) pairs and math-verify verifiers."""
+        unknown = keep - set(CACHE_NAMES)
+        if unknown:
+            raise ValueError(f"no such runtime caches: {sorted(unknown)}; known: {', '.join(CACHE_NAMES)}")
+        with self.lock:
+            clients = [] if "clients" in keep else list(self.clients.values())
+            sandboxes = [
+                (loop, box)
+                for loop, boxes in ([] if "sandboxes" in keep else list(self.sandboxes.items()))
+                for box in boxes.values()
+            ]
+            verifiers = [] if "verifiers" in keep else list(self.verifiers.values())
+            for name in CACHE_NAMES:
+                if name not in keep:
+                    getattr(self, name).clear()
+        return clients, sandboxes, verifiers
+
+    async def close(self) -> None:
+        """Release everything and empty every cache; safe to call again or concurrently.
+
+        Clients and the sandboxes of the running loop are closed here; sandboxes of another live loop
+        are closed on that loop (waiting at most 10 s each); those of a closed or stopped loop are
+        killed at once. math-verify workers are stopped off the event loop. The garbage-collector
+        tuning is undone. A failure to release one resource is logged and the rest still released.
+        """
+        clients, sandboxes, verifiers = self._take_all()
+        self.restore_gc()
+        running = asyncio.get_running_loop()
+        for client in clients:
+            await _quietly(client.close(), f"closing {client!r}")
+        for loop, sandbox in sandboxes:
+            if loop is running:
+                await _quietly(sandbox.close(), "closing a sandbox")
+            elif loop.is_running() and not loop.is_closed():
+                future = asyncio.run_coroutine_threadsafe(sandbox.close(), loop)
+                await _quietly(
+                    asyncio.wait_for(asyncio.wrap_future(future), _CLOSE_WAIT_S),
+                    "closing a sandbox on its loop",
+                )
+            else:
+                _kill_quietly(sandbox)
+        for verifier in verifiers:
+            await _quietly(asyncio.to_thread(verifier.close), "stopping math-verify workers")
+
+    def reset(self, *, keep: Iterable[str] = ()) -> None:
+        """Synchronous :meth:`close` for tests and interpreter exit: empty the caches, undo the GC tuning.
+
+        A sandbox is closed on its event loop when that loop is idle (a module-scoped test loop between
+        tests), else killed at once; math-verify workers are stopped. Clients are only dropped: their
+        sessions close with their event loop (``asyncio.run`` closes them at its end). From async code
+        prefer ``await close()``.
+
+        Args:
+            keep: names of caches (:data:`CACHE_NAMES`) left as they are; the test suite keeps the
+                tokenizers and math-verify workers, which take a second or two each to load and whose
+                answers do not depend on earlier tests.
+
+        Raises:
+            ValueError: ``keep`` names a cache that does not exist (nothing is reset then).
+        """
+        _, sandboxes, verifiers = self._take_all(frozenset(keep))
+        self.restore_gc()
+        for loop, sandbox in sandboxes:
+            _close_sandbox_now(loop, sandbox)
+        for verifier in verifiers:
+            try:
+                verifier.close()
+            except Exception:
+                logger.exception("stopping math-verify workers failed")
+
+    def is_empty(self) -> bool:
+        """True when no cache holds anything and the GC is not tuned (what a full reset leaves)."""
+        with self.lock:
+            return not any(getattr(self, name) for name in CACHE_NAMES) and not self.gc_tuned
+
+
+async def _quietly(awaitable: Any, what: str) -> None:
+    try:
+        await awaitable
+    except Exception:
+        logger.exception("%s failed", what)
+    finally:
+        if inspect.iscoroutine(awaitable):
+            awaitable.close()  # no "never awaited" warning when the await above never started it
+
+
+def _close_sandbox_now(loop: asyncio.AbstractEventLoop, sandbox: Any) -> None:
+    """Close ``sandbox`` synchronously: on its loop when that loop is idle, else by killing it."""
+    if not loop.is_closed() and not loop.is_running():
+        try:
+            loop.run_until_complete(asyncio.wait_for(sandbox.close(), _CLOSE_WAIT_S))
+            return
+        except Exception:
+            logger.exception("closing a sandbox on its idle loop failed; killing it")
+    _kill_quietly(sandbox)
+
+
+def _kill_quietly(sandbox: Any) -> None:
+    try:
+        sandbox.kill()
+    except Exception:
+        logger.exception("killing a sandbox failed")
+
+
+_RUNTIME: Runtime | None = None
+_RUNTIME_LOCK = threading.Lock()
+
+
+def get_runtime() -> Runtime:
+    """The process's :class:`Runtime`, created on first use (and reset at interpreter exit)."""
+    global _RUNTIME
+    runtime = _RUNTIME
+    if runtime is None:
+        with _RUNTIME_LOCK:
+            if _RUNTIME is None:
+                _RUNTIME = Runtime()
+                atexit.register(_RUNTIME.reset)
+            runtime = _RUNTIME
+    return runtime

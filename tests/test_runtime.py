@@ -1,0 +1,172 @@
+"""The runtime: one owner for the process-wide caches, closable, resettable, and undoing its GC tuning."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import os
+from collections.abc import Iterator
+from types import SimpleNamespace
+
+import pytest
+
+from strands_slime import rollout
+from strands_slime.chat import get_templater
+from strands_slime.config import get_rollout_config
+from strands_slime.math_answer import get_math_verifier, math_verify_available
+from strands_slime.runtime import CACHE_NAMES, Runtime, get_runtime
+from strands_slime.sandbox import SandboxConfig, get_shared_sandbox
+from strands_slime.tokenizer import load_tokenizer, resolve_tokenizer_path
+
+LIGHT_SANDBOX = SandboxConfig(preload_modules=("math",), timeout_s=10.0)
+ROUTER_ARGS = SimpleNamespace(sglang_router_ip="127.0.0.1", sglang_router_port=1)
+
+
+@pytest.fixture
+def runtime(qwen3_tokenizer) -> Iterator[Runtime]:
+    """The process runtime, with its tokenizers put back after a test that resets everything."""
+    runtime = get_runtime()
+    tokenizers = dict(runtime.tokenizers)
+    yield runtime
+    runtime.reset()
+    runtime.tokenizers.update(tokenizers)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie still answers signal 0; the sandbox reaps its zygote, so check the state too
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:  # reaped in between
+        return False
+
+
+async def _until(predicate, timeout_s: float = 10.0) -> bool:
+    """Poll ``predicate`` on the loop until it holds or ``timeout_s`` passes; its final value."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not predicate() and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.02)
+    return predicate()
+
+
+def test_one_runtime_per_process() -> None:
+    assert get_runtime() is get_runtime()
+
+
+def test_gc_tuning_is_undone_by_reset() -> None:
+    runtime = Runtime()
+    before = gc.get_threshold()
+    assert gc.get_freeze_count() == 0
+    assert runtime.tune_gc((50_000, 20, 100))
+    assert not runtime.tune_gc((50_000, 20, 100))  # once
+    try:
+        assert runtime.gc_tuned
+        assert gc.get_freeze_count() > 0
+        assert gc.get_threshold() == tuple(max(a, b) for a, b in zip(before, (50_000, 20, 100), strict=True))
+    finally:
+        runtime.reset()
+    assert not runtime.gc_tuned
+    assert gc.get_freeze_count() == 0
+    assert gc.get_threshold() == before
+
+
+def test_rollout_tunes_the_gc_through_the_runtime() -> None:
+    rollout.tune_gc_once()
+    assert get_runtime().gc_tuned
+    assert gc.get_freeze_count() > 0
+    # ... and the autouse fixture's reset undoes it: see test_the_previous_test_left_nothing_behind
+
+
+def test_the_previous_test_left_nothing_behind() -> None:
+    """Runs after the test above (pytest keeps file order): conftest's reset undid its gc.freeze()."""
+    assert gc.get_freeze_count() == 0
+    assert not get_runtime().gc_tuned
+    runtime = get_runtime()
+    assert not any(getattr(runtime, name) for name in CACHE_NAMES if name not in ("tokenizers", "verifiers"))
+
+
+def test_reset_empties_every_cache_filled_through_the_public_apis(runtime: Runtime, tmp_path, caplog) -> None:
+    template = tmp_path / "template.jinja"
+    template.write_text("{{ messages[0]['content'] }}")
+    tokenizer = load_tokenizer()
+    assert runtime.tokenizers[resolve_tokenizer_path(None)] is tokenizer
+    templater = get_templater(tokenizer)
+    assert get_templater(tokenizer) is templater
+    config = get_rollout_config(SimpleNamespace(strands_slime={"max_tool_iters": 3}))
+    assert get_rollout_config(SimpleNamespace(strands_slime={"max_tool_iters": 3})) is config
+    client = rollout.get_client(ROUTER_ARGS, config)
+    assert rollout.get_client(ROUTER_ARGS, config) is client
+    assert runtime.read_text(str(template)) == "{{ messages[0]['content'] }}"
+    with caplog.at_level(logging.ERROR, logger="strands_slime.rollout"):
+        rollout._log_once("configuration broken")
+        rollout._log_once("configuration broken")
+    assert caplog.text.count("configuration broken") == 1
+    verifier = get_math_verifier() if math_verify_available() else None
+    runtime.tune_gc((50_000, 20, 100))
+    assert runtime.tokenizers and runtime.templaters and runtime.configs and runtime.clients
+    assert runtime.texts and runtime.logged and not runtime.is_empty()
+
+    runtime.reset()
+
+    assert runtime.is_empty()
+    assert gc.get_freeze_count() == 0
+    assert get_templater(load_tokenizer()) is not templater
+    assert rollout.get_client(ROUTER_ARGS, config) is not client
+    if verifier is not None:
+        assert verifier.verify_blocking("1", "1") == "unavailable"  # its workers were stopped
+
+
+def test_reset_refuses_an_unknown_cache_and_changes_nothing(runtime: Runtime) -> None:
+    runtime.logged.add("kept")
+    with pytest.raises(ValueError, match="no such runtime caches: \\['tokeniser'\\]"):
+        runtime.reset(keep=["tokeniser"])
+    assert runtime.logged == {"kept"}
+
+
+def test_reset_can_keep_named_caches(runtime: Runtime) -> None:
+    load_tokenizer()
+    runtime.logged.add("gone")
+    runtime.reset(keep=["tokenizers"])
+    assert runtime.tokenizers and not runtime.logged
+
+
+@pytest.mark.slow
+def test_reset_kills_the_sandbox_of_a_finished_loop(runtime: Runtime) -> None:
+    async def start() -> int:
+        sandbox = get_shared_sandbox(LIGHT_SANDBOX)
+        await sandbox.start()
+        assert sandbox.zygote_pid is not None
+        return sandbox.zygote_pid
+
+    pid = asyncio.run(start())  # the loop closes with the sandbox still running
+    sandbox = next(iter(next(iter(runtime.sandboxes.values())).values()))
+    assert _pid_alive(pid)
+    runtime.reset()
+    assert sandbox.closed
+    assert not _pid_alive(pid)
+    assert not runtime.sandboxes
+
+
+@pytest.mark.slow
+def test_close_releases_clients_and_sandboxes_and_is_safe_to_repeat(runtime: Runtime) -> None:
+    config = get_rollout_config(None)
+
+    async def main() -> None:
+        client = rollout.get_client(ROUTER_ARGS, config)
+        sandbox = get_shared_sandbox(LIGHT_SANDBOX)
+        assert (await sandbox.run("print(6 * 7)")).stdout == "42\n"
+        pid = sandbox.zygote_pid
+        runtime.tune_gc((50_000, 20, 100))
+        await asyncio.gather(runtime.close(), runtime.close())
+        assert client.closed and sandbox.closed
+        assert pid is not None and await _until(lambda: not _pid_alive(pid))  # reaped by the loop
+        assert runtime.is_empty()
+        assert gc.get_freeze_count() == 0
+        await runtime.close()  # nothing left: a no-op
+
+    asyncio.run(main())
