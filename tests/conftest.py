@@ -77,20 +77,27 @@ code, headless Chromium, torch models), under ~2 s. slow: anything longer (tests
 
 MODULE_LANES: dict[str, str] = {
     # one process: real tokenizer, in-process servers on loopback
+    "test_abort_check_failures": "unit",
     "test_bench_provider": "unit",
     "test_chat": "unit",
     "test_chat_families": "unit",
     "test_client": "unit",
     "test_devserver_faults": "unit",
+    "test_devserver_imports": "unit",
     "test_devserver_prefix_cache": "unit",
     "test_devserver_protocol": "unit",
     "test_devserver_replay": "unit",
     "test_devserver_scripted": "unit",
+    "test_episode_metadata": "unit",
     "test_eval_metrics": "unit",
+    "test_import_cycles": "unit",
     "test_math_answer": "unit",
     "test_model": "unit",
     "test_reward": "unit",
     "test_reward_eval_config": "unit",
+    "test_runtime_dependencies": "unit",
+    "test_sandbox_layout": "unit",
+    "test_silent_loss": "unit",
     "test_slime_contract": "unit",
     "test_structured_output": "unit",
     "test_tokenizer": "unit",
@@ -98,6 +105,7 @@ MODULE_LANES: dict[str, str] = {
     "test_trajectory": "unit",
     # other processes, slime's real code, a browser or torch models
     "test_cli": "integration",
+    "test_client_errors": "integration",
     "test_config": "integration",
     "test_data_prep": "integration",
     "test_devserver_cli": "integration",
@@ -106,6 +114,7 @@ MODULE_LANES: dict[str, str] = {
     "test_packaging": "integration",
     "test_reward_vs_slime": "integration",
     "test_rollout": "integration",
+    "test_runtime": "integration",
     "test_sandbox": "integration",
     "test_sandbox_tool": "integration",
     "test_scripts": "integration",
@@ -140,10 +149,10 @@ TEST_LANES: dict[str, str] = {
     "test_cli::test_demo_command_end_to_end": "slow",  # 18 s
     "test_cli::test_interrupt_keeps_finished_samples_and_resume_runs_the_rest": "slow",  # 57 s
     "test_devserver_cli::test_async_use_of_the_subprocess_helper": "slow",  # 5 s
-    "test_devserver_cli::test_hf_subprocess_starts_fast_and_answers_a_1k_prompt": "slow",  # 11 s
     "test_drift::test_drift_command_on_saved_samples": "slow",  # 12 s
     "test_packaging::test_hf_backend_without_torch_names_the_extra": "slow",  # 21 s
     "test_packaging::test_wheel_in_a_fresh_venv_runs_demo_and_scripted_server": "slow",  # 246 s
+    "test_episode_metadata::test_generate_and_reward_write_exactly_the_record": "slow",  # 6 s at load 5
     "test_reward::test_never_raises_on_any_input": "slow",  # 8 s
     "test_rollout::test_a_server_that_never_answers_fails_the_sample_with_the_deadline": "slow",  # 5 s
     "test_rollout::test_abort_during_retries_returns_at_once_and_sends_nothing_more": "slow",  # 7 s
