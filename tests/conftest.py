@@ -148,6 +148,9 @@ TEST_LANES: dict[str, str] = {
     "test_client::test_abort_cuts_the_retry_backoff_and_nothing_is_sent_after": "slow",  # watches 2.5 s
     "test_cli::test_demo_command_end_to_end": "slow",  # 18 s
     "test_cli::test_interrupt_keeps_finished_samples_and_resume_runs_the_rest": "slow",  # 57 s
+    "test_cli::test_wandb_offline_logs_zeros_and_settings": "slow",  # 7 s at load 7
+    "test_config::test_validator_command_for_the_launch_scripts_dry_run": "slow",  # 10 s at load 7
+    "test_data_prep::test_cli_end_to_end_in_a_subprocess": "slow",  # 6.5 s at load 7
     "test_devserver_cli::test_async_use_of_the_subprocess_helper": "slow",  # 5 s
     "test_drift::test_drift_command_on_saved_samples": "slow",  # 12 s
     "test_packaging::test_hf_backend_without_torch_names_the_extra": "slow",  # 21 s
