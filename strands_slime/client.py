@@ -293,10 +293,12 @@ class _AbortWatch:
         self._waiting: dict[Callable[[], bool], set[asyncio.Task[Any]]] = {}
         self._aborted: set[asyncio.Task[Any]] = set()
         self._poller: asyncio.Task[None] | None = None
+        self._poller_cancelled = False
 
     def add(self, check: Callable[[], bool], task: asyncio.Task[Any]) -> None:
         self._waiting.setdefault(check, set()).add(task)
-        if self._poller is None or self._poller.done():
+        if self._poller is None or self._poller.done() or self._poller_cancelled:
+            self._poller_cancelled = False
             self._poller = asyncio.get_running_loop().create_task(
                 self._poll(), name="strands-slime-abort-watch"
             )
@@ -310,6 +312,7 @@ class _AbortWatch:
                 del self._waiting[check]
                 if not self._waiting and self._poller is not None:
                     self._poller.cancel()  # nothing waits: leave no idle poller behind
+                    self._poller_cancelled = True  # a wait added before it unwinds needs a new one
         if task in self._aborted:
             self._aborted.discard(task)
             return True

@@ -156,6 +156,26 @@ class FanoutConfig(BaseModel):
     )
 
 
+class ExecutorConfig(BaseModel):
+    """Where episodes run: in slime's rollout process (default) or in N worker processes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    workers: int | None = Field(
+        None,
+        ge=1,
+        description="Worker processes running episodes, one event loop and one sandbox each; None: every "
+        "episode runs on slime's own event loop (the default).",
+    )
+    oversubscribe: bool = Field(
+        False,
+        description="Allow more workers than the CPU cores this process may use (refused otherwise).",
+    )
+    start_timeout_s: float = Field(
+        300.0, gt=0, description="Deadline for a worker's start-up (imports, tokenizer, sandbox)."
+    )
+
+
 class RolloutConfig(BaseModel):
     """Everything ``generate`` needs beyond slime's own arguments."""
 
@@ -214,6 +234,7 @@ class RolloutConfig(BaseModel):
     client: ClientConfig = Field(default_factory=ClientConfig)
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     reward: RewardConfig = Field(default_factory=RewardConfig)
+    executor: ExecutorConfig = Field(default_factory=ExecutorConfig)
 
     @field_validator("tool_parser")
     @classmethod

@@ -37,6 +37,7 @@ from .client_errors import SGLangAbortedError, SGLangClientError
 from .config import ConfigError, RolloutConfig, get_rollout_config
 from .episode_metadata import EPISODE_METADATA_KEYS, RESTARTS_KEY, EpisodeMetadata, write_keys
 from .errors import EpisodeEnded, GenerationAborted, find_episode_end
+from .executor import WorkerDied, get_executor, running_executor
 from .limits import ToolLimiter
 from .model import SGLangModel
 from .reward import preset_reward
@@ -194,6 +195,20 @@ _ATTEMPT_FIELDS: dict[str, Any] = {
 }
 """Sample fields an attempt writes, with their fresh values (lists and info objects are added below)."""
 
+SAMPLE_RESULT_FIELDS: tuple[str, ...] = (
+    "tokens",
+    *_ATTEMPT_FIELDS,
+    "weight_versions",
+    "spec_info",
+    "prefix_cache_info",
+    "status",
+    "metadata",
+    "session_id",
+    "rollout_id",
+)
+"""Every Sample attribute ``generate`` writes: what a worker process of the episode executor
+(:mod:`strands_slime.executor`) ships back onto slime's own sample."""
+
 
 def reset_attempt(sample: Any) -> None:
     """Undo whatever an earlier attempt (ours or another generate's) left on the sample."""
@@ -283,6 +298,18 @@ async def _warm_up(args: Any, config: RolloutConfig) -> Any:
     with contextlib.suppress(SGLangClientError):  # the model asks again and logs it
         await get_client(args, config).max_model_len()
     return tokenizer
+
+
+async def warm_up(args: Any, config: RolloutConfig, abort_check: Any) -> Any:
+    """The loop's one-time start-up (:func:`_warm_up`), shared by every episode of this loop that asks;
+    returns the tokenizer. The episode executor's workers run it before they report ready."""
+    key = (
+        id(config),
+        getattr(args, "sglang_router_ip", None),
+        getattr(args, "sglang_router_port", None),
+        getattr(args, "hf_checkpoint", None),
+    )
+    return await startup.once_per_loop(key, lambda: _warm_up(args, config), abort_check)
 
 
 async def _build_tools(config: RolloutConfig, abort_check: Any) -> tuple[list[Any], Any]:
@@ -632,12 +659,64 @@ async def generate(
 
     Raises :class:`~strands_slime.config.ConfigError` on a configuration error (invalid rollout YAML,
     a chat-templated prompt, an unloadable tokenizer): every sample would fail the same way, so the
-    job must stop before spending GPU time. Anything else becomes a well-formed sample."""
+    job must stop before spending GPU time. Anything else becomes a well-formed sample.
+
+    With ``executor: {workers: N}`` in the rollout config the episode runs in one of N worker
+    processes (:mod:`strands_slime.executor`) and its result is written back onto ``sample``."""
     try:
+        config = get_rollout_config(args)
+        if config.executor.workers is not None:
+            return await _generate_in_workers(args, sample, sampling_params, evaluation, config)
         return await _generate(args, sample, sampling_params, evaluation)
     except ConfigError as exc:
         _log_once(f"strands_slime rollout configuration error, stopping: {exc}")
         raise
+
+
+async def _generate_in_workers(
+    args: Any, sample: Any, sampling_params: Any, evaluation: bool, config: RolloutConfig
+) -> Any:
+    """``generate`` through the episode executor (:mod:`strands_slime.executor`): the same result as
+    in-process, written onto ``sample``.
+
+    Raises :class:`ConfigError` as ``generate`` does; a worker that dies mid-episode gives a FAILED,
+    removed sample whose ``metadata.infra_error`` names the worker and how it died."""
+    started = time.perf_counter()
+    if config.gc_tuning:
+        tune_gc_once()  # slime's process still holds every sample in flight
+    await startup.episode_turn()  # slime starts every episode at once: a few per loop iteration
+    flag = slime_compat.abort_flag(args)
+    reset_attempt(sample)
+    want_top_p = _wants_top_p(args, sampling_params, evaluation)
+    try:
+        executor = running_executor(args, config) or await get_executor(args, config, flag.check)
+        segments = await executor.run(args, sample, sampling_params, evaluation, flag.check)
+        result = segments if _fans_out(config, evaluation) else sample
+    except SGLangAbortedError:  # slime aborted while the workers started or were replaced
+        outcome = EpisodeOutcome(status="ABORTED", finish_reason="abort", aborted_by_slime=True)
+        _fill_sample(
+            args,
+            sample,
+            outcome,
+            None,
+            None,
+            None,
+            config,
+            evaluation,
+            None,
+            want_top_p,
+            abort_detection=flag.source,
+        )
+        result = [sample] if _fans_out(config, evaluation) else sample
+    except WorkerDied as exc:
+        logger.warning("episode failed: %s", exc)
+        _fill_dead(args, sample, config, f"WorkerDied: {exc}", evaluation, want_top_p, flag.source)
+        result = [sample] if _fans_out(config, evaluation) else sample
+    seconds = round(time.perf_counter() - started, 6)  # slime's view: shipping included
+    for item in result if isinstance(result, list) else [result]:
+        # the worker watched its own copy of the flag; what detects aborts is slime's side's flag
+        write_keys(item.metadata, generate_seconds=seconds, abort_detection=flag.source)
+    return result
 
 
 async def _generate(args: Any, sample: Any, sampling_params: Mapping[str, Any], evaluation: bool) -> Any:
@@ -653,13 +732,7 @@ async def _generate(args: Any, sample: Any, sampling_params: Mapping[str, Any], 
     try:
         if config.gc_tuning:
             tune_gc_once()
-        warm_up_key = (
-            id(config),
-            getattr(args, "sglang_router_ip", None),
-            getattr(args, "sglang_router_port", None),
-            getattr(args, "hf_checkpoint", None),
-        )
-        tokenizer = await startup.once_per_loop(warm_up_key, lambda: _warm_up(args, config), abort_check)
+        tokenizer = await warm_up(args, config, abort_check)
         await startup.episode_turn()  # hundreds of episodes start at once: a few per loop iteration
         if abort_check():
             outcome = EpisodeOutcome(status="ABORTED", finish_reason="abort", aborted_by_slime=True)

@@ -440,7 +440,20 @@ def _generate_state_class() -> Any | None:
     return GenerateState
 
 
+_DETACHED = False
+
+
+def detach_from_generate_state() -> None:
+    """Never use slime's ``GenerateState`` in this process (an episode executor's worker): building it
+    here would load a second tokenizer and give a flag slime never sets; the worker's own abort flag
+    (``args.abort_event``) and tokenizer stand in."""
+    global _DETACHED
+    _DETACHED = True
+
+
 def _slime_generate_state(args: Any) -> Any | None:
+    if _DETACHED:
+        return None
     state_class = _generate_state_class()
     if state_class is None:
         return None

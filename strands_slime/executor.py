@@ -1,0 +1,644 @@
+"""Episode executor: agent episodes in N worker processes, so the rollout side scales past one core.
+
+slime calls ``generate`` for every episode on one event loop of one process, so our CPU per agent
+turn caps how many turns per second that process can drive. With ``executor: {workers: N}`` in the
+rollout config, ``generate`` ships each episode to one of N worker processes (one event loop, one
+HTTP client and one sandbox each) and writes the result back onto slime's own ``Sample``:
+
+* **What crosses.** Parent to worker, once per worker: the few ``args`` fields our code reads
+  (:data:`ARGS_FIELDS`) and the resolved :class:`~strands_slime.config.RolloutConfig`. Per episode:
+  the sample's input fields (:data:`SAMPLE_INPUT_FIELDS`), the sampling parameters and ``evaluation``.
+  Back: the fields ``generate`` writes (:data:`strands_slime.rollout.SAMPLE_RESULT_FIELDS`, plus
+  slime's trace carrier when one is bound). Never a tokenizer, a client or a whole ``Sample``.
+* **Wire.** Each message is an 8-byte length and a pickle (protocol 5) of a tuple; parent to worker
+  on the worker's stdin, worker to parent on its stdout (the worker points its fd 1 at stderr first,
+  so nothing it prints can corrupt the stream). The parent reads with asyncio streams: nothing blocks
+  slime's loop.
+* **Aborts.** slime's flag (``GenerateState(args).aborted``; ``args.abort_event`` without slime) is
+  read every :data:`ABORT_POLL_S` while episodes are in flight, and before every dispatch, and a
+  change is sent to every worker at once. A thread in the worker reads control messages and sets
+  the worker's flag without waiting for the worker's event loop, so the worker's own abort checks
+  (before every request, polled while one waits) see it within milliseconds.
+* **Lifetime.** Workers (:mod:`strands_slime.executor_worker`) start on the first ``generate`` call, all at once, off the event loop (a
+  subprocess each, awaited), warm up (tokenizer, chat template, sandbox, server context length) and
+  are reused for every later episode. They die with the parent: ``PR_SET_PDEATHSIG`` and the end of
+  their stdin both end them. A worker that dies fails its in-flight episodes at once (FAILED,
+  removed, ``metadata.infra_error`` says which worker died and how) and is replaced in the background.
+* **Misconfiguration** fails the first ``generate`` call with one :class:`ConfigError` line:
+  ``workers < 1`` (config validation), more workers than usable CPU cores without
+  ``oversubscribe: true``, an ``args`` field or config that cannot be pickled, a worker that cannot
+  start (its tokenizer, its sandbox) or does not start within ``start_timeout_s``.
+"""
+
+from __future__ import annotations
+
+import array
+import asyncio
+import atexit
+import contextlib
+import dataclasses
+import itertools
+import logging
+import os
+import pickle
+import signal
+import struct
+import sys
+import time
+import weakref
+from pathlib import Path
+from typing import Any
+
+from . import slime_compat, startup
+from .client import run_abortable
+from .config import ConfigError, RolloutConfig
+from .episode_metadata import write_keys
+
+logger = logging.getLogger(__name__)
+
+ARGS_FIELDS: tuple[str, ...] = (
+    "sglang_router_ip",
+    "sglang_router_port",
+    "sglang_server_concurrency",
+    "rollout_num_gpus",
+    "rollout_num_gpus_per_engine",
+    "router_policy",
+    "hf_checkpoint",
+    "rollout_max_response_len",
+    "rollout_max_context_len",
+    "eval_max_response_len",
+    "eval_max_context_len",
+    "rollout_top_p",
+    "use_rollout_routing_replay",
+    "num_layers",
+    "moe_router_topk",
+    "sglang_speculative_algorithm",
+    "partial_rollout",
+    "mask_offpolicy_in_partial_rollout",
+    "rollout_function_path",
+    "reward_key",
+    "eval_reward_key",
+    "n_samples_per_prompt",
+    "n_samples_per_eval_prompt",
+)
+"""The ``args`` fields our generate, client, sample filling and preset reward read; only these are shipped."""
+
+SAMPLE_INPUT_FIELDS: tuple[str, ...] = (
+    "group_index",
+    "index",
+    "prompt",
+    "label",
+    "metadata",
+    "session_id",
+    "rollout_id",
+)
+"""What a worker needs of the sample to run its episode (after the attempt was reset here)."""
+
+OPTIONAL_SAMPLE_ATTRIBUTES: tuple[str, ...] = ("trace",)
+"""Carried both ways when the sample has them: slime's trace carrier (``sglang_generate`` spans)."""
+
+ABORT_POLL_S = 0.01
+"""How often slime's abort flag is read while episodes are in flight."""
+
+_HEADER = struct.Struct("<Q")
+_PICKLE_PROTOCOL = 5
+_WORKER_EXIT_GRACE_S = 5.0
+_MAX_RESTART_DELAY_S = 30.0
+_PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
+
+
+def _frame(message: Any) -> bytes:
+    payload = pickle.dumps(message, protocol=_PICKLE_PROTOCOL)
+    return _HEADER.pack(len(payload)) + payload
+
+
+class WorkerDied(RuntimeError):
+    """The worker process running an episode died, or no worker could be started for it."""
+
+
+@dataclasses.dataclass
+class ExecutorStats:
+    """Counters of one executor, for benchmarks and tests (read them, never rely on them for control)."""
+
+    episodes: int = 0
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    parent_codec_seconds: float = 0.0
+    """CPU spent on slime's loop to encode episodes and decode and apply results."""
+    worker_codec_seconds: float = 0.0
+    """Time the workers spent packing and encoding results."""
+    workers_started: int = 0
+    worker_crashes: int = 0
+    abort_propagation_seconds: list[float] = dataclasses.field(default_factory=list)
+    """Per (abort change, worker): from the parent reading the flag to the worker's flag being set."""
+    abort_seen_at: list[float] = dataclasses.field(default_factory=list)
+    """Per (abort change, worker): ``time.monotonic()`` when the worker's flag was set."""
+
+
+@dataclasses.dataclass
+class _Channel:
+    """One abort flag of the parent (slime's ``GenerateState`` in practice), mirrored in every worker."""
+
+    id: int
+    check: Any
+    aborted: bool = False
+    inflight: int = 0
+
+
+class _WorkerHandle:
+    """The parent's view of one worker process."""
+
+    def __init__(self, index: int, process: asyncio.subprocess.Process) -> None:
+        self.index = index
+        self.process = process
+        self.inflight: dict[int, asyncio.Future[Any]] = {}
+        self.ready: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self.dead_reason: str | None = None
+        self.reader: asyncio.Task[None] | None = None
+
+    @property
+    def alive(self) -> bool:
+        return self.dead_reason is None and self.ready.done() and not self.ready.exception()
+
+    def send(self, frame: bytes) -> None:
+        stdin = self.process.stdin
+        if self.dead_reason is None and stdin is not None and not stdin.is_closing():
+            stdin.write(frame)
+
+
+def _describe_exit(returncode: int | None) -> str:
+    if returncode is None:
+        return "still running, killed"
+    if returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exit code {returncode}"
+
+
+class EpisodeExecutor:
+    """N worker processes running episodes for one event loop, one ``args`` shape and one config."""
+
+    def __init__(self, args_fields: dict[str, Any], config: RolloutConfig) -> None:
+        workers = config.executor.workers
+        if workers is None or workers < 1:
+            raise ConfigError(f"executor.workers must be >= 1, got {workers}")
+        self.config = config
+        self.size = workers
+        self.stats = ExecutorStats()
+        self._init_frame = _frame(("init", (args_fields, config)))
+        self._workers: dict[int, _WorkerHandle] = {}
+        self._channels: dict[Any, _Channel] = {}
+        self._ids = itertools.count()
+        self._inflight = 0
+        self._poll_handle: asyncio.TimerHandle | None = None
+        self._worker_ready = asyncio.Event()
+        self._replacements: dict[int, asyncio.Task[None]] = {}
+        self._loop = asyncio.get_running_loop()
+        self.closed = False
+        _RUNNING.add(self)
+
+    # ------------------------------------------------------------------ start-up and lifetime
+
+    async def start(self) -> EpisodeExecutor:
+        """Start every worker and wait until all are warmed up; a failure stops them all and raises
+        :class:`ConfigError` with the reason."""
+        results = await asyncio.gather(
+            *(self._spawn(index) for index in range(self.size)), return_exceptions=True
+        )
+        errors = [result for result in results if isinstance(result, BaseException)]
+        if errors:
+            await self.close()
+            first = errors[0]
+            if isinstance(first, ConfigError):
+                raise first
+            raise ConfigError(f"executor workers could not start: {type(first).__name__}: {first}")
+        return self
+
+    async def _spawn(self, index: int) -> _WorkerHandle:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "strands_slime.executor_worker",
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            env=env,
+        )
+        worker = _WorkerHandle(index, process)
+        self._workers[index] = worker
+        worker.reader = asyncio.ensure_future(self._read(worker))
+        worker.send(self._init_frame)
+        timeout = self.config.executor.start_timeout_s
+        try:
+            await asyncio.wait_for(asyncio.shield(worker.ready), timeout)
+        except asyncio.TimeoutError:
+            self._kill(worker)
+            raise ConfigError(
+                f"executor worker {index} (pid {process.pid}) did not start within "
+                f"executor.start_timeout_s={timeout:g} s"
+            ) from None
+        except BaseException:  # it reported why it cannot start (or we were cancelled): leave no process
+            self._kill(worker)
+            raise
+        self.stats.workers_started += 1
+        self._worker_ready.set()
+        return worker
+
+    @property
+    def worker_pids(self) -> list[int]:
+        """PIDs of the live workers."""
+        return [worker.process.pid for worker in self._workers.values() if worker.alive]
+
+    def _kill(self, worker: _WorkerHandle) -> None:
+        with contextlib.suppress(ProcessLookupError, OSError):
+            os.kill(worker.process.pid, signal.SIGKILL)
+
+    def kill(self) -> None:
+        """Kill every worker at once (no waiting; used at interpreter exit)."""
+        self.closed = True
+        for worker in self._workers.values():
+            if worker.process.returncode is None:
+                self._kill(worker)
+
+    async def close(self) -> None:
+        """Stop every worker (they exit at once; killed after a grace period) and fail what is in flight."""
+        if self.closed and not self._workers:
+            return
+        self.closed = True
+        _RUNNING.discard(self)
+        for task in self._replacements.values():
+            task.cancel()
+        stop = _frame(("stop",))
+        for worker in self._workers.values():
+            worker.send(stop)
+        for worker in list(self._workers.values()):
+            try:
+                await asyncio.wait_for(worker.process.wait(), _WORKER_EXIT_GRACE_S)
+            except asyncio.TimeoutError:
+                self._kill(worker)
+                await worker.process.wait()
+            if worker.reader is not None:
+                await asyncio.gather(worker.reader, return_exceptions=True)
+        if self._poll_handle is not None:
+            self._poll_handle.cancel()
+            self._poll_handle = None
+
+    # ------------------------------------------------------------------ reading the workers
+
+    async def _read(self, worker: _WorkerHandle) -> None:
+        stream = worker.process.stdout
+        assert stream is not None
+        slice_started = time.perf_counter()
+        try:
+            while True:
+                header = await stream.readexactly(_HEADER.size)
+                (size,) = _HEADER.unpack(header)
+                payload = await stream.readexactly(size)
+                self.stats.bytes_received += _HEADER.size + size
+                self._handle(worker, payload)
+                if time.perf_counter() - slice_started > startup.SLICE_S:
+                    # buffered replies would otherwise all be read (and their episodes woken) in one
+                    # loop iteration: hundreds of finished episodes at once stall slime's loop
+                    await asyncio.sleep(0)
+                    slice_started = time.perf_counter()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        except Exception:  # a corrupt stream: treat the worker as dead
+            logger.exception("executor worker %d sent an unreadable message", worker.index)
+            self._kill(worker)
+        await self._worker_died(worker)
+
+    def _handle(self, worker: _WorkerHandle, payload: bytes) -> None:
+        message = pickle.loads(payload)
+        kind = message[0]
+        if kind in ("done", "config_error", "error"):
+            future = worker.inflight.pop(message[1], None)
+            if future is not None and not future.done():
+                future.set_result((message, payload))
+        elif kind == "codec":
+            self.stats.worker_codec_seconds += message[1]
+        elif kind == "abort_seen":
+            _, _, _, parent_time, worker_time = message
+            self.stats.abort_propagation_seconds.append(worker_time - parent_time)
+            self.stats.abort_seen_at.append(worker_time)
+        elif kind == "ready":
+            if not worker.ready.done():
+                worker.ready.set_result(message[1])
+        elif kind == "init_error":
+            _, category, text = message
+            text = " ".join(str(text).split())  # one line, whatever the library's message looked like
+            if not worker.ready.done():
+                prefix = f"executor worker {worker.index} (pid {worker.process.pid}) could not start"
+                worker.ready.set_exception(ConfigError(f"{prefix}: {text}" if category != "config" else text))
+
+    async def _worker_died(self, worker: _WorkerHandle) -> None:
+        was_running = worker.alive
+        try:
+            await asyncio.wait_for(worker.process.wait(), _WORKER_EXIT_GRACE_S)
+        except asyncio.TimeoutError:  # closed its stdout but kept running
+            self._kill(worker)
+            await worker.process.wait()
+        how = _describe_exit(worker.process.returncode)
+        worker.dead_reason = f"executor worker {worker.index} (pid {worker.process.pid}) died ({how}) with this episode in flight"
+        if not worker.ready.done():
+            worker.ready.set_exception(
+                ConfigError(
+                    f"executor worker {worker.index} (pid {worker.process.pid}) exited during its start-up "
+                    f"({how}); its stderr says why"
+                )
+            )
+            worker.ready.exception()  # retrieved: a replacement's failure is logged, not warned about
+        for future in worker.inflight.values():
+            if not future.done():
+                future.set_exception(WorkerDied(worker.dead_reason))
+        worker.inflight.clear()
+        if was_running and not self.closed:
+            self.stats.worker_crashes += 1
+            logger.error(
+                "%s; starting a replacement", worker.dead_reason.removesuffix(" with this episode in flight")
+            )
+            if not any(w.alive for w in self._workers.values()):
+                self._worker_ready.clear()
+            self._replacements[worker.index] = asyncio.ensure_future(self._replace(worker.index))
+
+    async def _replace(self, index: int) -> None:
+        delay = 1.0
+        while not self.closed:
+            try:
+                await self._spawn(index)
+                return
+            except Exception as exc:
+                logger.error(
+                    "executor worker %d could not be restarted (retrying in %.0f s): %s", index, delay, exc
+                )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _MAX_RESTART_DELAY_S)
+
+    # ------------------------------------------------------------------ aborts
+
+    def _channel(self, check: Any) -> _Channel:
+        channel = self._channels.get(check)
+        if channel is None:
+            channel = self._channels[check] = _Channel(next(self._ids), check)
+        return channel
+
+    def _sync(self, channel: _Channel) -> None:
+        """Send the flag's change, if any, to every worker: before an episode is dispatched, so an
+        episode never outruns the abort that precedes it, and every ABORT_POLL_S while any run."""
+        aborted = bool(channel.check())
+        if aborted == channel.aborted:
+            return
+        channel.aborted = aborted
+        frame = _frame(("abort", channel.id, aborted, time.monotonic()))
+        for worker in self._workers.values():
+            worker.send(frame)
+
+    def _poll(self) -> None:
+        self._poll_handle = None
+        for channel in list(self._channels.values()):
+            self._sync(channel)
+        if self._inflight and not self.closed:
+            self._poll_handle = self._loop.call_later(ABORT_POLL_S, self._poll)
+
+    def _release(self, channel: _Channel) -> None:
+        channel.inflight -= 1
+        self._inflight -= 1
+        if channel.inflight == 0 and self._channels.get(channel.check) is channel:
+            del self._channels[channel.check]
+            frame = _frame(("drop", channel.id))
+            for worker in self._workers.values():
+                worker.send(frame)
+
+    # ------------------------------------------------------------------ episodes
+
+    async def _pick(self, abort_check: Any) -> _WorkerHandle:
+        """The live worker with the fewest episodes in flight; waits (abortably, bounded) for a
+        replacement when none is alive."""
+        deadline = time.monotonic() + self.config.executor.start_timeout_s
+        while True:
+            live = [worker for worker in self._workers.values() if worker.alive]
+            if live:
+                return min(live, key=lambda worker: len(worker.inflight))
+            if self.closed:
+                raise WorkerDied("the episode executor was closed")
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise WorkerDied(
+                    f"no executor worker alive: none restarted within executor.start_timeout_s="
+                    f"{self.config.executor.start_timeout_s:g} s"
+                )
+            self._worker_ready.clear()
+            wait = asyncio.ensure_future(asyncio.wait_for(self._worker_ready.wait(), remaining))
+            with contextlib.suppress(asyncio.TimeoutError):
+                await run_abortable(wait, abort_check, "waiting for an executor worker")
+
+    async def run(
+        self, args: Any, sample: Any, sampling_params: Any, evaluation: bool, abort_check: Any
+    ) -> Any:
+        """Run one episode in a worker and apply its result onto ``sample`` (a reset attempt).
+
+        Returns:
+            ``[sample]``, or the fan-out segments with ``sample`` first.
+        """
+        worker = await self._pick(abort_check)
+        started = time.thread_time()
+        inputs = {name: getattr(sample, name) for name in SAMPLE_INPUT_FIELDS if hasattr(sample, name)}
+        for name in OPTIONAL_SAMPLE_ATTRIBUTES:
+            value = getattr(sample, name, None)
+            if value is not None:
+                inputs[name] = value
+        episode_id = next(self._ids)
+        channel = self._channel(abort_check)
+        message = ("run", episode_id, channel.id, inputs, dict(sampling_params), evaluation)
+        try:
+            frame = _frame(message)
+        except Exception as exc:
+            raise ConfigError(f"executor: {_unpicklable(message[3], 'sample.')}: {exc}") from exc
+        self._sync(channel)
+        future: asyncio.Future[Any] = self._loop.create_future()
+        worker.inflight[episode_id] = future
+        channel.inflight += 1
+        self._inflight += 1
+        if self._poll_handle is None:
+            self._poll_handle = self._loop.call_later(ABORT_POLL_S, self._poll)
+        worker.send(frame)
+        self.stats.episodes += 1
+        self.stats.bytes_sent += len(frame)
+        self.stats.parent_codec_seconds += time.thread_time() - started
+        try:
+            reply, _payload = await future
+        except asyncio.CancelledError:
+            worker.send(_frame(("cancel", episode_id)))
+            raise
+        finally:
+            worker.inflight.pop(episode_id, None)
+            self._release(channel)
+        started = time.thread_time()
+        kind = reply[0]
+        if kind == "config_error":
+            raise ConfigError(reply[2])
+        if kind == "error":
+            raise WorkerDied(f"executor worker {worker.index}: {reply[2]}")
+        results = reply[2]
+        outputs = [sample]
+        if len(results) > 1:
+            template = _copy(sample)
+            outputs += [_copy(template) for _ in results[1:]]
+        aborted = bool(abort_check())
+        for target, fields in zip(outputs, results, strict=True):
+            apply_result(target, fields)
+            if aborted:
+                mark_aborted_by_slime(target)
+        self.stats.parent_codec_seconds += time.thread_time() - started
+        return outputs
+
+
+def _copy(sample: Any) -> Any:
+    import copy
+
+    return copy.deepcopy(sample)
+
+
+def _unpicklable(fields: dict[str, Any], prefix: str) -> str:
+    """Name the first field that cannot be pickled."""
+    for name, value in fields.items():
+        try:
+            pickle.dumps(value, protocol=_PICKLE_PROTOCOL)
+        except Exception as exc:
+            return f"{prefix}{name} ({type(value).__name__}) cannot be sent to a worker process ({type(exc).__name__})"
+    return f"{prefix}* cannot be sent to a worker process"
+
+
+# ---------------------------------------------------------------------- sample fields both ways
+
+
+def apply_result(sample: Any, fields: dict[str, Any]) -> None:
+    """Write a worker's :func:`pack_result` onto slime's (or the stand-in's) own sample."""
+    for name, value in fields.items():
+        if type(value) is array.array:
+            value = value.tolist()
+        if name == "status":
+            sample.status = slime_compat.status(sample, value)
+        elif name in ("spec_info", "prefix_cache_info") and isinstance(value, dict):
+            current = getattr(sample, name, None)
+            setattr(sample, name, type(current)(**value) if current is not None else value)
+        else:
+            setattr(sample, name, value)
+
+
+def mark_aborted_by_slime(sample: Any) -> None:
+    """What the in-process path makes of an episode that ends while slime's flag is set: ABORTED by
+    slime, whatever the worker saw (a server abort, or an end just before the flag reached it)."""
+    metadata = sample.metadata
+    if slime_compat.status_name(sample) == "aborted" and metadata.get("abort_source") == "slime":
+        return
+    sample.status = slime_compat.status(sample, "ABORTED")
+    sample.remove_sample = False
+    sample.reward = None
+    metadata.pop("truncation", None)
+    metadata.pop("raw_reward", None)
+    write_keys(metadata, finish_reason="abort", abort_source="slime", infra_error=None)
+
+
+# ---------------------------------------------------------------------- slime's side: generate
+
+
+_RUNNING: weakref.WeakSet[EpisodeExecutor] = weakref.WeakSet()
+_EXECUTORS: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, dict[Any, asyncio.Future[EpisodeExecutor]]
+] = weakref.WeakKeyDictionary()
+
+
+def usable_cores() -> int:
+    """CPU cores this process may run on (its affinity mask, else the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def _args_fields(args: Any) -> dict[str, Any]:
+    return {name: getattr(args, name) for name in ARGS_FIELDS if hasattr(args, name)}
+
+
+def _check(args_fields: dict[str, Any], config: RolloutConfig) -> None:
+    workers = config.executor.workers or 0
+    cores = usable_cores()
+    if workers > cores and not config.executor.oversubscribe:
+        raise ConfigError(
+            f"executor.workers={workers} is more than the {cores} CPU cores this process may use; "
+            "lower it or set executor.oversubscribe: true"
+        )
+    try:
+        pickle.dumps(args_fields, protocol=_PICKLE_PROTOCOL)
+    except Exception as exc:
+        raise ConfigError(f"executor: {_unpicklable(args_fields, 'args.')}: {exc}") from exc
+    try:
+        pickle.dumps(config, protocol=_PICKLE_PROTOCOL)
+    except Exception as exc:  # pragma: no cover - a validated config holds plain values
+        raise ConfigError(f"executor: the rollout config cannot be sent to a worker process: {exc}") from exc
+
+
+async def _start(args_fields: dict[str, Any], config: RolloutConfig) -> EpisodeExecutor:
+    _check(args_fields, config)
+    return await EpisodeExecutor(args_fields, config).start()
+
+
+_FAST: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, dict[tuple[int, int], tuple[Any, RolloutConfig, EpisodeExecutor]]
+] = weakref.WeakKeyDictionary()
+
+
+def running_executor(args: Any, config: RolloutConfig) -> EpisodeExecutor | None:
+    """The executor already running for these very ``args`` and config objects (slime's are the same
+    for every episode): no key to build, no task to create per episode. The entry holds both objects,
+    so their ids cannot be reused by others while it exists."""
+    found = _FAST.get(asyncio.get_running_loop(), {}).get((id(args), id(config)))
+    if found is None or found[2].closed:
+        return None
+    return found[2]
+
+
+async def get_executor(args: Any, config: RolloutConfig, abort_check: Any = None) -> EpisodeExecutor:
+    """The running executor of this event loop for these ``args`` and this config, started on first use
+    (shared by every episode that arrives meanwhile; a failed start is raised to all of them and the
+    next call tries again)."""
+    fields = _args_fields(args)
+    key = (config.model_dump_json(), repr(sorted(fields.items())))  # by content: configs get re-parsed
+    entries = _EXECUTORS.setdefault(asyncio.get_running_loop(), {})
+    entry = entries.get(key)
+    if (
+        entry is not None
+        and entry.done()
+        and (entry.cancelled() or entry.exception() or entry.result().closed)
+    ):
+        entry = None
+    if entry is None:
+        entry = entries[key] = asyncio.ensure_future(_start(fields, config))
+
+        def forget_failure(done: asyncio.Future[EpisodeExecutor]) -> None:
+            if entries.get(key) is done and (done.cancelled() or done.exception() is not None):
+                del entries[key]
+
+        entry.add_done_callback(forget_failure)
+    running = await run_abortable(asyncio.shield(entry), abort_check, "the episode executor's start-up")
+    _FAST.setdefault(asyncio.get_running_loop(), {})[(id(args), id(config))] = (args, config, running)
+    return running
+
+
+async def shutdown_executors() -> None:
+    """Stop every executor of the running event loop (e.g. at the end of an offline run or a test)."""
+    _FAST.pop(asyncio.get_running_loop(), None)
+    entries = _EXECUTORS.pop(asyncio.get_running_loop(), {})
+    for entry in entries.values():
+        if entry.done() and not entry.cancelled() and entry.exception() is None:
+            await entry.result().close()
+
+
+@atexit.register
+def _kill_all() -> None:
+    for executor in list(_RUNNING):
+        executor.kill()
