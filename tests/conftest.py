@@ -90,6 +90,7 @@ MODULE_LANES: dict[str, str] = {
     "test_devserver_scripted": "unit",
     "test_episode_metadata": "unit",
     "test_eval_metrics": "unit",
+    "test_executor": "unit",  # its worker-process tests are marked slow in the module
     "test_import_cycles": "unit",
     "test_math_answer": "unit",
     "test_model": "unit",
@@ -121,6 +122,7 @@ MODULE_LANES: dict[str, str] = {
     # whole modules: slime's rollout loop (each test 5-25 s), the torch-model backends and camel
     # (importing torch or camel alone takes seconds; not imported unless the slow lane runs)
     "test_devserver_hf": "slow",
+    "test_executor_slime": "slow",
     "test_lanes": "slow",  # four pytest runs in subprocesses
     "test_sandbox_camel": "slow",  # importing camel-ai takes seconds, its 7 tests a fraction of that
     "test_model_hf": "slow",
