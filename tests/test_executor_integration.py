@@ -9,8 +9,13 @@ at least one worker (seconds of CPU), so all are in the ``slow`` lane.
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import signal
 import threading
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,12 +23,14 @@ from test_executor import alive, executor_children
 from test_rollout import PARAMS, SCRIPT, make_args, new_sample
 
 from strands_slime import executor, generate
+from strands_slime.cli import RolloutOptions, run_rollout
 from strands_slime.config import get_rollout_config
 from strands_slime.devserver import DevServerThread
 from strands_slime.runtime import get_runtime
 from strands_slime.slime_compat import Sample
 
 ONE_WORKER = {"tools": [], "executor": {"workers": 1, "oversubscribe": True}}
+DATA_DIR = Path(__file__).resolve().parents[1] / "strands_slime" / "data"
 
 
 @pytest.fixture(scope="module")
@@ -86,3 +93,48 @@ def test_reset_kills_the_workers_of_a_loop_busy_in_another_thread(server: DevSer
         loop.call_soon_threadsafe(loop.stop)
         thread.join(timeout=30)
         loop.close()
+
+
+@pytest.mark.slow
+async def test_offline_cli_stops_its_workers_after_sigint_and_at_the_end(tmp_path: Path) -> None:
+    """``strands-slime rollout`` with workers: SIGINT keeps the finished samples and leaves no worker;
+    ``--resume`` runs the rest through new workers and leaves none either."""
+    config = tmp_path / "rollout.yaml"
+    config.write_text("strands_slime:\n  executor:\n    workers: 1\n    oversubscribe: true\n")
+    samples = tmp_path / "out" / "samples.jsonl"
+    with DevServerThread("scripted", script=DATA_DIR / "demo_script.json", latency=0.3) as server:
+        options = RolloutOptions(
+            data=DATA_DIR / "demo_problems.jsonl",
+            out=tmp_path / "out",
+            base_url=server.url,
+            config=config,
+            n_samples=4,
+            concurrency=2,
+            quiet=True,
+        )
+        run = asyncio.ensure_future(run_rollout(options))
+        seen_workers: set[int] = set()
+        deadline = time.monotonic() + 120
+        while not (samples.exists() and len(samples.read_text().splitlines()) >= 2):
+            assert time.monotonic() < deadline and not run.done(), "2 samples within 120 s"
+            seen_workers |= executor_children()
+            await asyncio.sleep(0.05)
+        assert seen_workers, "the episodes ran in a worker process"
+        os.kill(os.getpid(), signal.SIGINT)
+        summary = await asyncio.wait_for(run, 60)
+        assert summary["interrupted"] == "SIGINT"
+        assert not executor_children(), "no worker outlives the interrupted run"
+        assert not any(alive(pid) for pid in seen_workers)
+        kept = [json.loads(line) for line in samples.read_text().splitlines()]
+        assert 2 <= len(kept) < 20
+
+        options.resume = True
+        summary = await run_rollout(options)
+        assert summary["interrupted"] is None and summary["samples"] == 20
+        assert not executor_children(), "no worker outlives a finished run"
+    records = [json.loads(line) for line in samples.read_text().splitlines()]
+    assert records[: len(kept)] == kept
+    assert sorted((r["group_index"], r["sample_index"]) for r in records) == [
+        (g, k) for g in range(5) for k in range(4)
+    ]
+    assert all(r["status"] == "completed" for r in records)
