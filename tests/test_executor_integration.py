@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_executor import alive, executor_children
+from helpers import tool_call
+from test_executor import alive, comparable, executor_children
 from test_rollout import PARAMS, SCRIPT, make_args, new_sample
 
 from strands_slime import executor, generate
@@ -138,3 +139,45 @@ async def test_offline_cli_stops_its_workers_after_sigint_and_at_the_end(tmp_pat
         (g, k) for g in range(5) for k in range(4)
     ]
     assert all(r["status"] == "completed" for r in records)
+
+
+FANOUT_SCRIPT = [
+    {"match": "<tool_response>\n2\n", "replies": ["Done.\n\nAnswer: \\boxed{6}"]},
+    {"match": "<tool_response>\n1\n", "replies": [tool_call("print(2)")]},
+    {"match": "FANOUTQ", "replies": [tool_call("print(1)")]},
+    {"match": "PLAINQ", "replies": ["Answer: \\boxed{5}"]},
+]
+FANOUT = {"sandbox": {"timeout_s": 5.0}, "fanout": {"enabled": True, "window_messages": 3}}
+
+
+@pytest.mark.slow
+async def test_fanout_through_workers_equals_in_process() -> None:
+    """One sample per context segment: the same segments, tokens, masks, logprobs, rollout ids and
+    metadata from a worker as in-process (timings aside)."""
+    questions = [("FANOUTQ", "6", 7), ("PLAINQ", "5", 8)]
+    with DevServerThread("scripted", script=FANOUT_SCRIPT) as server:
+        results: dict[str, list[list[Sample]]] = {}
+        for name, config in (
+            ("in-process", FANOUT),
+            ("workers", {**FANOUT, "executor": {"workers": 1, "oversubscribe": True}}),
+        ):
+            args = make_args(server.url)
+            args.strands_slime = config
+            results[name] = []
+            for question, label, index in questions:
+                sample = new_sample(question, label)
+                sample.index = index
+                result = await generate(args, sample, dict(PARAMS))
+                assert isinstance(result, list) and result[0] is sample
+                results[name].append(result)
+    local, remote = results["in-process"], results["workers"]
+    assert [len(episode) for episode in remote] == [2, 1], "FANOUTQ is compacted once"
+    for local_episode, remote_episode in zip(local, remote, strict=True):
+        assert [comparable(s) for s in remote_episode] == [comparable(s) for s in local_episode]
+    fanned = remote[0]
+    assert [s.rollout_id for s in fanned] == [7, 7]
+    assert [(s.metadata["fanout_segment"], s.metadata["fanout_segments"]) for s in fanned] == [(0, 2), (1, 2)]
+    assert all(s.status == Sample.Status.COMPLETED for episode in remote for s in episode)
+    assert fanned[0] is not fanned[1] and len(fanned[1].tokens) - fanned[1].response_length < len(
+        fanned[0].tokens
+    ), "the second segment starts from the compacted context"
