@@ -169,6 +169,18 @@ class EpisodeMetadata:
         writer=RESET,
         per_attempt=False,
     )
+    resumes: int | None = _key(
+        None,
+        "how many attempts went on from an aborted attempt's saved state (`--partial-rollout`; kept "
+        "across attempts)",
+        writer=RESET,
+        per_attempt=False,
+    )
+    strands_resume: dict[str, Any] | None = _key(  # noqa: RUF009
+        None,
+        "ABORTED under `--partial-rollout` only: the episode state the recycled sample resumes from "
+        "(see [partial rollout](#--partial-rollout-aborted-episodes-resume-where-they-stopped))",
+    )
 
     def to_metadata(self) -> dict[str, Any]:
         """The keys to merge into ``sample.metadata`` (None values left out unless the key is ``always``)."""
@@ -206,6 +218,8 @@ back (ABORTED, FAILED, any status) loses them all before the next attempt."""
 
 RESTARTS_KEY = "restarts"
 """The key ``reset_attempt`` counts retries in (not reset: it survives every attempt)."""
+RESUMES_KEY = "resumes"
+"""The key ``prepare_resume`` counts resumed attempts in (not reset: it survives every attempt)."""
 
 
 def write_keys(metadata: MutableMapping[str, Any], **values: Any) -> None:

@@ -54,12 +54,36 @@ class ToolLimiter(HookProvider):
         self.reset()
 
     def reset(self) -> None:
+        """Zero the counters and forget which limit was hit."""
         self.tool_iter_count = 0
         self.tool_call_count = 0
         self.model_call_count = 0
         self.limit_hit: str | None = None
 
+    def counters(self) -> dict[str, int]:
+        """The counts so far (plain JSON), to carry an aborted episode over to its resumed attempt."""
+        return {
+            "tool_iter_count": self.tool_iter_count,
+            "tool_call_count": self.tool_call_count,
+            "model_call_count": self.model_call_count,
+        }
+
+    def restore_counters(self, counters: dict[str, int]) -> None:
+        """Continue from :meth:`counters` of an earlier attempt of the same episode.
+
+        Raises:
+            ValueError: a count is missing or negative."""
+        values = {
+            name: int(counters[name]) for name in ("tool_iter_count", "tool_call_count", "model_call_count")
+        }
+        if min(values.values()) < 0:
+            raise ValueError(f"negative limiter counters: {values}")
+        self.tool_iter_count = values["tool_iter_count"]
+        self.tool_call_count = values["tool_call_count"]
+        self.model_call_count = values["model_call_count"]
+
     def register_hooks(self, registry: HookRegistry, **kwargs: Any) -> None:
+        """Count model calls before each one and tool rounds/calls when an assistant message is added."""
         registry.add_callback(MessageAddedEvent, self._on_message_added)
         registry.add_callback(BeforeModelCallEvent, self._on_before_model_call)
         if self.reset_on_invocation:
@@ -106,8 +130,10 @@ class ToolIterationLimiter(ToolLimiter):
 
     @property
     def max_iterations(self) -> int | None:
+        """Seed name for ``max_tool_iters``."""
         return self.max_tool_iters
 
     @property
     def iteration_count(self) -> int:
+        """Seed name for ``tool_iter_count``."""
         return self.tool_iter_count

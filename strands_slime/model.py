@@ -7,6 +7,7 @@ follow-ups) are templated and tokenized; the model's own output is never re-enco
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import inspect
 import json
@@ -241,6 +242,9 @@ class SGLangModel(Model):
         self.last_output_text: str | None = None
         self.last_parsed: ParsedOutput | None = None
         self.first_prompt_ids: list[int] | None = None
+        self._cut_call: tuple[list[int], list[int], list[float]] | None = None
+        """A resumed episode's model call the abort cut short: (its prompt delta, the output it had
+        produced, their logprobs); the next call goes on from that output."""
         """The ids of the episode's first prompt (system, tools, history), once rendered."""
         self._constraint_reasoning: ReasoningMode | None = None
 
@@ -262,6 +266,107 @@ class SGLangModel(Model):
             messages.extend(record.prompt_messages)
             messages.append(record.assistant)
         return messages
+
+    def export_episode_state(self, with_transcript: bool = False) -> dict[str, Any]:
+        """Everything but the token ids and logprobs an aborted episode needs to go on (plain JSON):
+        counters, tool-call bookkeeping and where each output sits in the agent's history (with each
+        turn's chat-template view only when ``with_transcript``: :meth:`transcript` needs it, nothing
+        else does). The trajectory's structure comes from ``trajectory.layout()``; see
+        :mod:`strands_slime.resume`."""
+        return {
+            "stats": dataclasses.asdict(self.stats),
+            "outputs": [
+                [
+                    r.position,
+                    [list(r.signature[0]), *r.signature[1:]],
+                    r.prompt_messages if with_transcript else [],
+                    r.assistant if with_transcript else {},
+                ]
+                for r in self._outputs
+            ],
+            "call_order": dict(self._call_order),
+            "native_call_ids": dict(self._native_call_ids),
+            "tool_errors": dict(self._tool_errors),
+            "id_prefix": self._id_prefix,
+            "initial_position": self._initial_position,
+            "tools_fingerprint": [list(self._tools_fingerprint[0]), self._tools_fingerprint[1]]
+            if self._tools_fingerprint is not None
+            else None,
+            "last_output_text": self.last_output_text,
+        }
+
+    def restore_episode_state(self, state: Mapping[str, Any], trajectory: TokenTrajectory) -> None:
+        """Go on with an episode from :meth:`export_episode_state` and its rebuilt ``trajectory``: the
+        next call sends ``trajectory.token_ids`` plus only the newly templated messages.
+
+        Raises:
+            KeyError, TypeError, ValueError: ``state`` is malformed."""
+        self.reset()
+        self.trajectory = trajectory
+        self.stats = ModelStats(**state["stats"])
+        self._outputs = [
+            _OutputRecord(int(position), (tuple(ids), text, reasoning), list(prompt), dict(assistant))
+            for position, (ids, text, reasoning), prompt, assistant in state["outputs"]
+        ]
+        self._call_order = {str(k): int(v) for k, v in state["call_order"].items()}
+        self._native_call_ids = {str(k): str(v) for k, v in state["native_call_ids"].items()}
+        self._tool_errors = {str(k): str(v) for k, v in state["tool_errors"].items()}
+        self._id_prefix = str(state["id_prefix"])
+        self._initial_position = int(state["initial_position"])
+        fingerprint = state["tools_fingerprint"]
+        self._tools_fingerprint = (tuple(fingerprint[0]), fingerprint[1]) if fingerprint else None
+        self.last_output_text = state["last_output_text"]
+        self.first_prompt_ids = trajectory.token_ids[: trajectory.initial_prompt_length]
+        if trajectory.turn_count > len(self._outputs):  # the last turn is a call the abort cut short
+            start = trajectory.turn_start(trajectory.turn_count - 1)
+            segments = trajectory.segment_info[start.segment_count :]
+            delta = [
+                i
+                for s in segments
+                if not s.is_output
+                for i in trajectory.token_ids[s.start : s.start + s.length]
+            ]
+            output = trajectory.token_ids[start.token_count + len(delta) :]
+            logprobs = trajectory.logprobs[start.token_count + len(delta) :]
+            trajectory.rollback_turns(trajectory.turn_count - 1)
+            self._cut_call = (delta, output, logprobs)
+
+    def adopt_cut_call(self, partial: TokenTrajectory) -> bool:
+        """Keep the output of the call the abort cut short (``partial``: the trajectory plus that call,
+        from :class:`GenerationAborted`), so a resumed episode goes on from it as slime's own generate
+        does; returns whether there was one to keep."""
+        if (
+            partial.turn_count != self.trajectory.turn_count + 1
+            or not partial.ends_with_output
+            or partial.token_ids[: len(self.trajectory)] != self.trajectory.token_ids
+        ):
+            return False
+        self.trajectory = partial
+        return True
+
+    def settle_cut_call(self) -> None:
+        """Put a restored cut-short call the episode never got to back into the trajectory (it ended
+        before its next model call), so the trajectory again holds everything the sample does."""
+        if self._cut_call is None:
+            return
+        delta, output, logprobs = self._cut_call
+        self._cut_call = None
+        self.trajectory.begin_turn()
+        self.trajectory.add_prompt(delta)
+        self.trajectory.add_output(output, list(logprobs))
+
+    def _take_cut_call(self, delta: list[int]) -> tuple[list[int], list[float]]:
+        """The output (and logprobs) a resumed cut-short call had produced, to go on from; none when
+        there is no such call. Its prompt must render to the very ids it was sent with."""
+        if self._cut_call is None:
+            return [], []
+        saved_delta, output, logprobs = self._cut_call
+        self._cut_call = None
+        if delta != saved_delta:
+            raise TrajectoryDesyncError(
+                "the resumed call's prompt renders to other ids than the call the abort cut short"
+            )
+        return output, logprobs
 
     def update_config(self, **model_config: Any) -> None:
         """Change any key ``get_config`` shows (``params`` is the seed alias of ``sampling_params``,
@@ -527,12 +632,13 @@ class SGLangModel(Model):
         initial, delta, prompt_text, turn_messages = await self._prompt_delta(
             messages, tool_specs, system_prompt
         )
-        input_len = len(self.trajectory) + len(delta)
+        cut_output, cut_logprobs = self._take_cut_call(delta)
+        input_len = len(self.trajectory) + len(delta) + len(cut_output)
         try:
             context_limit = await run_abortable(self._context_limit(), self.abort_check, "the model call")
         except SGLangAbortedError as exc:  # the episode ends here: no copy (hundreds abort at once)
             raise GenerationAborted(str(exc), trajectory=self.trajectory) from exc
-        params = self._turn_sampling_params(initial, delta, input_len, context_limit)
+        params = self._turn_sampling_params(initial, delta, input_len, context_limit, len(cut_output))
         params = self._constrain(params, tool_choice, tool_specs, prompt_text, kwargs.get("output_schema"))
 
         extra: dict[str, Any] = {}
@@ -546,7 +652,7 @@ class SGLangModel(Model):
                 # The id list is built inline and not kept here: the client encodes it and drops it before
                 # awaiting, so no large young list is scanned by the garbage collector during the request.
                 response = await self.client.generate(
-                    self.trajectory.token_ids + delta,
+                    self.trajectory.token_ids + delta + cut_output,
                     params,
                     return_logprob=self.return_logprob,
                     routing_key=self.routing_key,
@@ -569,7 +675,7 @@ class SGLangModel(Model):
 
         if response.is_abort:
             partial = self.trajectory.copy()
-            _append_turn(partial, delta, response)
+            _append_turn(partial, delta, response, cut_output, cut_logprobs)
             self.stats.finish_reasons.append("abort")
             message = response.finish_reason.message if response.finish_reason else None
             raise GenerationAborted(
@@ -577,15 +683,20 @@ class SGLangModel(Model):
                 trajectory=partial,
                 queued=response.prompt_tokens is None,
             )
-        _append_turn(self.trajectory, delta, response)
+        _append_turn(self.trajectory, delta, response, cut_output, cut_logprobs)
         self.stats.prompt_tokens += response.prompt_tokens or 0
         self.stats.cached_tokens += response.cached_tokens
         self.stats.completion_tokens += response.completion_tokens
-        async for event in self._emit(messages, response, tool_specs, prompt_text, turn_messages):
+        async for event in self._emit(messages, response, tool_specs, prompt_text, turn_messages, cut_output):
             yield event
 
     def _turn_sampling_params(
-        self, initial: bool, delta: list[int], input_len: int, context_limit: int | None
+        self,
+        initial: bool,
+        delta: list[int],
+        input_len: int,
+        context_limit: int | None,
+        cut_output: int = 0,
     ) -> dict[str, Any]:
         params = dict(self.sampling_params)
         caps: list[int] = []
@@ -594,7 +705,7 @@ class SGLangModel(Model):
         budget = self.config.get("max_response_tokens")
         if budget is not None:
             used = self.trajectory.response_length
-            pending = 0 if initial else len(delta)
+            pending = (0 if initial else len(delta)) + cut_output
             remaining = int(budget) - used - pending
             if remaining <= 0:
                 raise ResponseBudgetExhausted(used, int(budget), pending)
@@ -619,8 +730,9 @@ class SGLangModel(Model):
         tool_specs: list[ToolSpec] | None,
         prompt_text: str,
         turn_messages: list[dict[str, Any]],
+        cut_output: list[int] | None = None,
     ) -> AsyncGenerator[StreamEvent, None]:
-        output_ids = response.output_ids
+        output_ids = cut_output + response.output_ids if cut_output else response.output_ids
         body = (
             output_ids[:-1] if output_ids and output_ids[-1] in self.templater.stop_token_ids else output_ids
         )
@@ -708,9 +820,17 @@ class SGLangModel(Model):
         }
 
 
-def _append_turn(trajectory: TokenTrajectory, delta: list[int], response: GenerateResponse) -> None:
+def _append_turn(
+    trajectory: TokenTrajectory,
+    delta: list[int],
+    response: GenerateResponse,
+    cut_output: list[int] | None = None,
+    cut_logprobs: list[float] | None = None,
+) -> None:
     trajectory.begin_turn()
     trajectory.add_prompt(delta)
+    if cut_output:  # a resumed call: the output it had before the abort, then what it went on with
+        trajectory.add_output(cut_output, list(cut_logprobs or []))
     logprobs = response.output_logprobs or [None] * len(response.output_ids)
     trajectory.add_output(response.output_ids, logprobs, response.meta_info)
 

@@ -29,13 +29,19 @@ from strands.agent.conversation_manager import (
 )
 from strands.types.exceptions import MaxTokensReachedException
 
-from . import slime_compat, startup
+from . import resume, slime_compat, startup
 from .chat import get_templater
 from .chat_families import UnsupportedChatTemplate
 from .client import SGLangClient
 from .client_errors import SGLangAbortedError, SGLangClientError
 from .config import ConfigError, RolloutConfig, get_rollout_config
-from .episode_metadata import EPISODE_METADATA_KEYS, RESTARTS_KEY, EpisodeMetadata, write_keys
+from .episode_metadata import (
+    EPISODE_METADATA_KEYS,
+    RESTARTS_KEY,
+    RESUMES_KEY,
+    EpisodeMetadata,
+    write_keys,
+)
 from .errors import EpisodeEnded, GenerationAborted, find_episode_end
 from .executor import WorkerDied, get_executor, running_executor
 from .limits import ToolLimiter
@@ -59,6 +65,18 @@ class EpisodeOutcome:
     finish_reason: str = "stop"
     infra_error: str | None = None
     aborted_by_slime: bool = False
+
+
+@dataclass
+class ResumeParts:
+    """What an episode needs to save itself when it is aborted (``--partial-rollout``)."""
+
+    agent: Agent
+    recorder: resume.ToolResultRecorder
+    resumed_segments: int = 0
+    """Segments of the trajectory the sample already held when the attempt started (0: a fresh start)."""
+    masked_null_logprobs: int = 0
+    """Null logprobs masked in the part the sample already held."""
 
 
 #: Gen-0 threshold 10,000, not 50,000: a gen-0 collection's pause grows with the threshold, and at
@@ -215,12 +233,45 @@ def reset_attempt(sample: Any) -> None:
     previous = bool(getattr(sample, "tokens", None)) or slime_compat.status_name(sample) != "pending"
     _clear_attempt_fields(sample)
     metadata = dict(getattr(sample, "metadata", None) or {})
-    for key in EPISODE_METADATA_KEYS:
+    for key in EPISODE_METADATA_KEYS:  # the saved episode state (resume.STATE_KEY) included
         metadata.pop(key, None)
     if previous:
         metadata[RESTARTS_KEY] = int(EpisodeMetadata.from_metadata(metadata).restarts or 0) + 1
     sample.metadata = metadata
     sample.status = slime_compat.status(sample, "PENDING")
+
+
+def prepare_resume(args: Any, sample: Any) -> None:
+    """Ready an ABORTED sample whose episode resumes: the finished part of its response stays (tokens,
+    logprobs, top-p arrays, routed experts, weight versions, cache and speculative counters, sandbox
+    time), the rest of the attempt's outcome goes. Under ``--mask-offpolicy-in-partial-rollout`` the
+    kept response gets loss mask 0, as slime's ``generate_and_rm`` does before calling ``generate``."""
+    metadata = dict(getattr(sample, "metadata", None) or {})
+    for key in EPISODE_METADATA_KEYS:  # the saved episode state (resume.STATE_KEY) included
+        metadata.pop(key, None)
+    metadata[RESUMES_KEY] = int(EpisodeMetadata.from_metadata(metadata).resumes or 0) + 1
+    sample.metadata = metadata
+    sample.reward = None
+    sample.remove_sample = False
+    if getattr(sample, "teacher_log_probs", None) is not None:
+        sample.teacher_log_probs = None
+    if getattr(args, "mask_offpolicy_in_partial_rollout", False) and sample.response_length > 0:
+        sample.loss_mask = [0] * sample.response_length
+    sample.status = slime_compat.status(sample, "PENDING")
+
+
+def _start_over(
+    sample: Any, model: SGLangModel, limiter: ToolLimiter, tool_stats: Any, recorder: Any
+) -> None:
+    """Drop a half-restored episode and whatever the sample kept: the attempt runs from scratch."""
+    reset_attempt(sample)
+    model.reset()
+    limiter.reset()
+    for name in ("calls", "errors", "timeouts", "infra_failures", "seconds"):
+        if tool_stats is not None and hasattr(tool_stats, name):
+            setattr(tool_stats, name, type(getattr(tool_stats, name))())
+    if recorder is not None:
+        recorder.finished.clear()
 
 
 def _clear_attempt_fields(sample: Any) -> None:
@@ -331,7 +382,9 @@ async def _run_episode(
     config: RolloutConfig,
     tokenizer: Any,
     abort_check: Any,
-) -> tuple[EpisodeOutcome, SGLangModel | None, ToolLimiter | None, Any]:
+    saved: Mapping[str, Any] | None = None,
+) -> tuple[EpisodeOutcome, SGLangModel | None, ToolLimiter | None, Any, ResumeParts | None]:
+    """One agent episode, or the rest of one when ``saved`` holds an aborted attempt's state."""
     system, history, user_text = _prompt_parts(sample.prompt)
     response_budget, context_limit = _budgets(args, config, sampling_params, evaluation)
     model = SGLangModel(
@@ -354,22 +407,48 @@ async def _run_episode(
     limiter = ToolLimiter(
         config.max_tool_iters, config.max_tool_calls, max_model_calls=config.max_model_calls
     )
-    tools, tool_stats = await _build_tools(config, abort_check)
+    recorder = None
+    if resume.enabled(args, evaluation):
+        recorder = resume.ToolResultRecorder(abort_check, (saved or {}).get("tool_results"))
+    tools, tool_stats = await _build_tools(
+        config, recorder.tool_abort_check if recorder is not None else abort_check
+    )
+    messages: list[Any] = history
+    if saved is not None:
+        try:
+            messages = resume.restore(saved, sample, model, limiter, tool_stats)
+        except (KeyError, TypeError, ValueError) as exc:
+            logger.warning(
+                "partial rollout: starting the episode over: the saved state does not restore (%s)", exc
+            )
+            saved, messages = None, history
+            _start_over(sample, model, limiter, tool_stats, recorder)
     agent = Agent(
         model=model,
         tools=tools,
         system_prompt=system if system is not None else config.system_prompt,
-        messages=history,
+        messages=messages,
         callback_handler=None,
         conversation_manager=_conversation_manager(
             config, _fans_out(config, evaluation), pinned=len(history) + 1
         ),
         retry_strategy=None,
-        hooks=[limiter],
+        hooks=[limiter] if recorder is None else [limiter, recorder],
     )
+    parts = None
+    if recorder is not None:
+        parts = ResumeParts(agent, recorder)
+        if saved is not None:
+            parts.resumed_segments = len(saved["trajectory"]["segments"])
+            parts.masked_null_logprobs = int(saved.get("masked_null_logprobs", 0))
     outcome = EpisodeOutcome()
+    finished = saved.get("finished") if saved is not None else None
+    if finished:  # the episode had ended before the abort was seen: nothing to run
+        outcome.status, outcome.finish_reason = str(finished[0]), str(finished[1])
+        return outcome, model, limiter, tool_stats, parts
     try:
-        await agent.invoke_async(user_text, invocation_state={})
+        # resumed: the saved history already ends with the next step (a model call or a tool round)
+        await agent.invoke_async(user_text if saved is None else None, invocation_state={})
     except MaxTokensReachedException:
         outcome.status, outcome.finish_reason = "TRUNCATED", "length"
     except Exception as exc:  # every failure becomes a well-formed sample
@@ -379,6 +458,8 @@ async def _run_episode(
             # update, an operator's /abort_request): fully-async rollouts requeue such samples.
             outcome.status, outcome.finish_reason = "ABORTED", "abort"
             outcome.aborted_by_slime = abort_check()
+            if recorder is not None and _can_keep_cut_call(args, sampling_params, evaluation, ended):
+                model.adopt_cut_call(ended.trajectory)  # resumed from there, as slime's generate does
         elif isinstance(ended, EpisodeEnded):
             outcome.status, outcome.finish_reason = "TRUNCATED", ended.reason
         else:
@@ -392,9 +473,30 @@ async def _run_episode(
             await _render_first_prompt(model, agent, user_text)
     else:
         outcome.finish_reason = model.stats.last_finish_reason or "stop"
+    model.settle_cut_call()
     if tool_stats is not None and getattr(tool_stats, "infra_failures", 0) and outcome.infra_error is None:
         outcome.infra_error = f"sandbox failed {tool_stats.infra_failures} time(s)"
-    return outcome, model, limiter, tool_stats
+    return outcome, model, limiter, tool_stats, parts
+
+
+def _can_keep_cut_call(
+    args: Any, sampling_params: Mapping[str, Any], evaluation: bool, ended: GenerationAborted
+) -> bool:
+    """Whether the output of the call the server aborted can stay in the sample: it has some, and
+    what slime replays from it (top-p spans, routed experts) came with it."""
+    partial = ended.trajectory
+    if partial is None or not partial.ends_with_output:
+        return False
+    meta = partial.segment_info[-1].meta_info or {}
+    try:
+        _check_replay_meta(
+            meta,
+            _wants_top_p(args, sampling_params, evaluation),
+            bool(getattr(args, "use_rollout_routing_replay", False)),
+        )
+    except ConfigError:
+        return False
+    return True
 
 
 async def _render_first_prompt(model: SGLangModel, agent: Agent, user_text: str) -> None:
@@ -463,13 +565,31 @@ def _append(sample: Any) -> Any:
     return method
 
 
-def _replay_trajectory(args: Any, sample: Any, trajectory: Any, want_top_p: bool) -> int:
-    """Rebuild the sample call by call from the trajectory; returns how many null logprobs were masked."""
-    prompt_len = trajectory.initial_prompt_length
-    _start_response(sample, trajectory.token_ids[:prompt_len], want_top_p)
+def _replay_trajectory(
+    args: Any, sample: Any, trajectory: Any, want_top_p: bool, resumed_segments: int = 0
+) -> int:
+    """Rebuild the sample call by call from the trajectory; returns how many null logprobs were masked.
+
+    A resumed episode (``resumed_segments`` > 0) keeps what the sample holds, the trajectory's first
+    ``resumed_segments`` segments, and appends only the rest, as slime's own generate does."""
+    if resumed_segments:
+        kept = len(sample.tokens)
+        if (
+            len(trajectory.segment_info) < resumed_segments
+            or len(trajectory) < kept
+            or trajectory.token_ids[:kept] != list(sample.tokens)
+        ):
+            raise RuntimeError("the resumed episode no longer extends the response the sample holds")
+        segments = trajectory.segment_info[resumed_segments:]
+        first_new = sample.response_length
+    else:
+        prompt_len = trajectory.initial_prompt_length
+        _start_response(sample, trajectory.token_ids[:prompt_len], want_top_p)
+        segments = trajectory.segment_info[1:]
+        first_new = 0
     append = _append(sample)
     replay_experts = bool(getattr(args, "use_rollout_routing_replay", False))
-    for segment in trajectory.segment_info[1:]:
+    for segment in segments:
         ids = trajectory.token_ids[segment.start : segment.start + segment.length]
         if segment.is_output:
             meta = segment.meta_info or {}
@@ -480,7 +600,8 @@ def _replay_trajectory(args: Any, sample: Any, trajectory: Any, want_top_p: bool
             append(args, tokens=ids, trainable=False)
     mask, logprobs = sample.loss_mask, sample.rollout_log_probs
     masked = 0
-    for i, value in enumerate(logprobs):
+    for i in range(first_new, len(logprobs)):
+        value = logprobs[i]
         if math.isinf(value) or math.isnan(value):  # the server sent no logprob: train nothing there
             mask[i], logprobs[i] = 0, 0.0
             masked += 1
@@ -598,12 +719,16 @@ def _fill_sample(
     want_top_p: bool,
     trajectory: TokenTrajectory | None = None,
     abort_detection: str = "off",
+    parts: ResumeParts | None = None,
 ) -> Any:
     if trajectory is None and model is not None:
         trajectory = model.trajectory
     masked = 0
     if trajectory is not None and trajectory.num_outputs:
-        masked = _replay_trajectory(args, sample, trajectory, want_top_p)
+        resumed = parts.resumed_segments if parts is not None else 0
+        masked = _replay_trajectory(args, sample, trajectory, want_top_p, resumed)
+        if resumed:
+            masked += parts.masked_null_logprobs  # type: ignore[union-attr]
     else:
         _start_response(sample, _placeholder_prompt(model, sample, tokenizer), want_top_p)
     if not sample.response_length:
@@ -723,12 +848,17 @@ async def _generate(args: Any, sample: Any, sampling_params: Mapping[str, Any], 
     started = time.perf_counter()
     abort_flag = slime_compat.abort_flag(args)
     abort_check = abort_flag.check
-    reset_attempt(sample)
+    saved = resume.saved_state(args, sample, evaluation)
+    kept_metadata = dict(sample.metadata) if saved is not None else None
+    if saved is None:
+        reset_attempt(sample)
+    else:
+        prepare_resume(args, sample)
     config = get_rollout_config(args)  # a ConfigError propagates: see the docstring
     if _fans_out(config, evaluation):
         _check_fanout_args(args)
     want_top_p = _wants_top_p(args, sampling_params, evaluation)
-    model = limiter = tool_stats = tokenizer = None
+    model = limiter = tool_stats = tokenizer = parts = None
     try:
         if config.gc_tuning:
             tune_gc_once()
@@ -737,8 +867,8 @@ async def _generate(args: Any, sample: Any, sampling_params: Mapping[str, Any], 
         if abort_check():
             outcome = EpisodeOutcome(status="ABORTED", finish_reason="abort", aborted_by_slime=True)
         else:
-            outcome, model, limiter, tool_stats = await _run_episode(
-                args, sample, sampling_params, evaluation, config, tokenizer, abort_check
+            outcome, model, limiter, tool_stats, parts = await _run_episode(
+                args, sample, sampling_params, evaluation, config, tokenizer, abort_check, saved
             )
     except (asyncio.CancelledError, ConfigError):
         raise
@@ -749,8 +879,17 @@ async def _generate(args: Any, sample: Any, sampling_params: Mapping[str, Any], 
     except Exception as exc:
         logger.exception("strands_slime generate failed before the episode started")
         outcome = EpisodeOutcome(status="FAILED", finish_reason="error", infra_error=_describe(exc))
+    finished = None
     if abort_check() and not outcome.aborted_by_slime:
+        if outcome.status in resume.FINISHED_STATUSES:  # resuming it only reports this outcome
+            finished = (outcome.status, outcome.finish_reason)
         outcome = EpisodeOutcome(status="ABORTED", finish_reason="abort", aborted_by_slime=True)
+    if kept_metadata is not None and model is None and outcome.status == "ABORTED":
+        # aborted again before the resumed episode started: the sample still holds its saved part
+        sample.metadata = kept_metadata
+        write_keys(sample.metadata, abort_source="slime")
+        sample.status = slime_compat.status(sample, "ABORTED")
+        return sample
     segments = [*model.closed_trajectories, model.trajectory] if model is not None else [None]
     if len(segments) > 1 and not segments[-1].num_outputs:
         segments.pop()  # compacted, then ended before the next output: nothing to train on there
@@ -771,6 +910,7 @@ async def _generate(args: Any, sample: Any, sampling_params: Mapping[str, Any], 
                 want_top_p,
                 trajectory=trajectory,
                 abort_detection=abort_flag.source,
+                parts=parts,
             )
         except ConfigError:
             raise
@@ -786,6 +926,8 @@ async def _generate(args: Any, sample: Any, sampling_params: Mapping[str, Any], 
                 abort_flag.source,
             )
         write_keys(current.metadata, generate_seconds=round(time.perf_counter() - started, 6))
+    if parts is not None and model is not None and limiter is not None and outcome.status == "ABORTED":
+        _save_for_resume(sample, model, limiter, tool_stats, parts, finished, config.keep_transcript)
     if not _fans_out(config, evaluation):
         return sample
     rollout_id = sample.index if isinstance(sample.index, int) else random.getrandbits(62)
@@ -793,6 +935,33 @@ async def _generate(args: Any, sample: Any, sampling_params: Mapping[str, Any], 
         current.rollout_id = rollout_id
         write_keys(current.metadata, fanout_segment=position, fanout_segments=len(samples))
     return samples
+
+
+def _save_for_resume(
+    sample: Any,
+    model: SGLangModel,
+    limiter: ToolLimiter,
+    tool_stats: Any,
+    parts: ResumeParts,
+    finished: tuple[str, str] | None,
+    keep_transcript: bool,
+) -> None:
+    """Keep an aborted episode's state in the sample, so slime's recycled sample resumes it."""
+    if slime_compat.status_name(sample) != "aborted":  # the fill failed: nothing consistent to keep
+        return
+    state = resume.snapshot(
+        sample,
+        model,
+        parts.agent.messages,
+        limiter,
+        tool_stats,
+        parts.recorder,
+        finished,
+        int(sample.metadata.get("masked_null_logprobs", 0)),
+        keep_transcript=keep_transcript,
+    )
+    if state is not None:
+        write_keys(sample.metadata, **{resume.STATE_KEY: state})
 
 
 def _check_fanout_args(args: Any) -> None:

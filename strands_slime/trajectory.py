@@ -50,6 +50,7 @@ class Segment:
 
     @property
     def is_output(self) -> bool:
+        """Whether the model produced these tokens (mask 1)."""
         return self.kind == "output"
 
 
@@ -83,6 +84,7 @@ class TokenTrajectory:
 
     @property
     def initial_prompt_length(self) -> int:
+        """Tokens of the first prompt (segment 0)."""
         return self.segment_info[0].length if self.segment_info else 0
 
     @property
@@ -92,17 +94,21 @@ class TokenTrajectory:
 
     @property
     def output_token_count(self) -> int:
+        """Tokens the model produced, over all output segments."""
         return sum(s.length for s in self.segment_info if s.is_output)
 
     @property
     def num_outputs(self) -> int:
+        """Output segments (one per model call)."""
         return sum(1 for s in self.segment_info if s.is_output)
 
     @property
     def ends_with_output(self) -> bool:
+        """Whether the last segment is model output."""
         return bool(self.segment_info) and self.segment_info[-1].is_output
 
     def last_output_ids(self) -> list[int]:
+        """The ids of the last output segment (empty when there is none)."""
         for segment in reversed(self.segment_info):
             if segment.is_output:
                 return self.token_ids[segment.start : segment.start + segment.length]
@@ -164,11 +170,17 @@ class TokenTrajectory:
         del self._turns[keep:]
         return removed
 
+    def turn_start(self, turn: int) -> _Checkpoint:
+        """Where turn ``turn`` (0-based) starts: ``token_count`` and ``segment_count`` before it."""
+        return self._turns[turn]
+
     @property
     def turn_count(self) -> int:
+        """Model turns begun (see :meth:`begin_turn`)."""
         return len(self._turns)
 
     def reset(self) -> None:
+        """Empty the trajectory for a new episode."""
         self.token_ids = []
         self.loss_mask = []
         self.logprobs = []
@@ -177,6 +189,7 @@ class TokenTrajectory:
         self._turns = []
 
     def copy(self) -> TokenTrajectory:
+        """An independent copy (lists and checkpoints copied; ``meta_info`` dicts shared)."""
         return TokenTrajectory(
             token_ids=list(self.token_ids),
             loss_mask=list(self.loss_mask),
@@ -185,6 +198,60 @@ class TokenTrajectory:
             missing_logprobs=self.missing_logprobs,
             _turns=[_Checkpoint(t.token_count, t.segment_count) for t in self._turns],
         )
+
+    # ------------------------------------------------------------------ resume
+
+    def layout(self) -> dict[str, Any]:
+        """The segment and turn structure as plain JSON (no ids, no logprobs, no ``meta_info``): what
+        :meth:`from_layout` needs, next to the ids and logprobs a slime ``Sample`` already holds, to
+        rebuild the trajectory of an aborted episode (partial rollout)."""
+        return {
+            "segments": [[s.kind, s.length] for s in self.segment_info],
+            "turns": [[t.token_count, t.segment_count] for t in self._turns],
+            "missing_logprobs": self.missing_logprobs,
+        }
+
+    @classmethod
+    def from_layout(
+        cls, token_ids: list[int], logprobs: list[float], layout: Mapping[str, Any]
+    ) -> TokenTrajectory:
+        """A trajectory over ``token_ids`` with the structure :meth:`layout` saved.
+
+        ``logprobs`` are the response's (after the first segment); output segments get mask 1 and
+        their logprob, prompt segments mask 0 and 0.0. The restored segments carry no ``meta_info``
+        (slime's sample already holds what it was used for).
+
+        Raises:
+            ValueError: the layout does not tile ``token_ids`` or is malformed."""
+        segments = [Segment(str(kind), 0, int(length)) for kind, length in layout["segments"]]
+        position = 0
+        for segment in segments:
+            if segment.kind not in ("prompt", "output") or segment.length <= 0:
+                raise ValueError(f"bad saved segment {segment.kind!r} of length {segment.length}")
+            segment.start = position
+            position += segment.length
+        if position != len(token_ids) or not segments or segments[0].is_output:
+            raise ValueError(f"the saved layout covers {position} tokens, the sample has {len(token_ids)}")
+        prompt_len = segments[0].length
+        if len(logprobs) != len(token_ids) - prompt_len:
+            raise ValueError(f"{len(logprobs)} logprobs for {len(token_ids) - prompt_len} response tokens")
+        trajectory = cls(token_ids=list(token_ids), segment_info=segments)
+        trajectory.missing_logprobs = int(layout.get("missing_logprobs", 0))
+        for segment in segments:
+            end = segment.start + segment.length
+            if segment.is_output:
+                trajectory.loss_mask.extend([1] * segment.length)
+                trajectory.logprobs.extend(
+                    float(v) for v in logprobs[segment.start - prompt_len : end - prompt_len]
+                )
+            else:
+                trajectory.loss_mask.extend([0] * segment.length)
+                trajectory.logprobs.extend([0.0] * segment.length)
+        for token_count, segment_count in layout["turns"]:
+            if not 0 <= int(segment_count) <= len(segments) or not 0 <= int(token_count) <= position:
+                raise ValueError(f"bad saved turn checkpoint ({token_count}, {segment_count})")
+            trajectory._turns.append(_Checkpoint(int(token_count), int(segment_count)))
+        return trajectory
 
     # ------------------------------------------------------------------ checks
 

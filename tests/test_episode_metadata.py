@@ -15,6 +15,7 @@ from strands_slime.devserver import DevServer
 from strands_slime.episode_metadata import (
     EPISODE_METADATA_KEYS,
     RESTARTS_KEY,
+    RESUMES_KEY,
     EpisodeMetadata,
     metadata_table,
     metric_names,
@@ -71,7 +72,7 @@ def test_write_keys_refuses_undeclared_keys_and_writes_nothing() -> None:
 
 def test_reset_keys_are_every_per_attempt_field() -> None:
     fields = {spec.name for spec in dataclasses.fields(EpisodeMetadata)}
-    assert EPISODE_METADATA_KEYS == fields - {RESTARTS_KEY}
+    assert EPISODE_METADATA_KEYS == fields - {RESTARTS_KEY, RESUMES_KEY}
     assert {
         "raw_reward",
         "reward_details",
@@ -81,7 +82,7 @@ def test_reset_keys_are_every_per_attempt_field() -> None:
     sample = Sample(metadata={"dataset_key": "kept", **dict.fromkeys(fields, "stale"), RESTARTS_KEY: 2})
     sample.status = Sample.Status.ABORTED
     reset_attempt(sample)
-    assert sample.metadata == {"dataset_key": "kept", RESTARTS_KEY: 3}
+    assert sample.metadata == {"dataset_key": "kept", RESTARTS_KEY: 3, RESUMES_KEY: "stale"}
 
 
 def test_every_declared_metric_is_logged_even_when_nothing_counts() -> None:

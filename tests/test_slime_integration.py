@@ -33,8 +33,16 @@ SCRIPT = [
         "replies": [f"Let me compute.\n{tool_call('print(17 * 2)')}", "Answer: \\boxed{34}"],
     },
     {"match": "PLAINQ", "replies": ["Simple.\n\nAnswer: \\boxed{5}"]},
+    {"match": "MEDIUMQ", "replies": ["Counting. " + "one more step, " * 60 + "\n\nAnswer: \\boxed{5}"]},
     {"match": "WRONGQ", "replies": ["Hmm.\n\nAnswer: \\boxed{7}"]},
     {"match": "LONGQ", "replies": ["word " * 600]},
+    {
+        "match": "SLOWTOOL",
+        "replies": [
+            f"Let me compute.\n{tool_call('import time; time.sleep(3); print(17 * 2)')}",
+            "Answer: \\boxed{34}",
+        ],
+    },
 ]
 NO_TOOLS = {"strands_slime": {"tools": [], "client": {"max_retries": 0}}}
 WITH_TOOLS = {"strands_slime": {"sandbox": {"timeout_s": 5.0}, "client": {"max_retries": 0}}}
@@ -94,12 +102,17 @@ def flatten(groups: list[list[Any]]) -> list[Any]:
     return [sample for group in groups for sample in group]
 
 
-def check_sample(sample: Any, *, grouped: bool = True, fanned_out: bool = False) -> None:
-    """slime's per-sample invariants (what training and logging assume)."""
+def check_sample(
+    sample: Any, *, grouped: bool = True, fanned_out: bool = False, offpolicy_prefix: int = 0
+) -> None:
+    """slime's per-sample invariants (what training and logging assume). The first
+    ``offpolicy_prefix`` response tokens were masked by ``--mask-offpolicy-in-partial-rollout``, which
+    keeps their logprobs."""
     assert sample.response_length >= 1 and len(sample.tokens) > sample.response_length
     assert len(sample.loss_mask) == len(sample.rollout_log_probs) == sample.response_length
-    for mask, logprob in zip(sample.loss_mask, sample.rollout_log_probs, strict=True):
-        assert mask in (0, 1) and (logprob == 0.0 if mask == 0 else logprob <= 0.0)
+    for i, (mask, logprob) in enumerate(zip(sample.loss_mask, sample.rollout_log_probs, strict=True)):
+        masked_rollout = mask == 0 and i >= offpolicy_prefix
+        assert mask in (0, 1) and (logprob == 0.0 if masked_rollout else logprob <= 0.0)
     if not fanned_out:
         assert sample.rollout_id is None, "one Sample per episode: slime numbers rollouts itself"
     if grouped:
@@ -402,6 +415,8 @@ def tag_sample(args: Any, sample: Any, evaluation: bool = False) -> Any:
 
 @pytest.mark.slow
 async def test_over_sampling_abort_and_partial_rollout(make_args: Args, engine: DevServer) -> None:
+    from strands_slime.resume import STATE_KEY
+
     args = make_args(
         [("PLAINQ", "5"), ("LONGQ one", "1"), ("LONGQ two", "1")],
         "--rollout-batch-size",
@@ -424,7 +439,11 @@ async def test_over_sampling_abort_and_partial_rollout(make_args: Args, engine: 
     assert len(recycled) == 4 and all(s.status.name == "ABORTED" for s in recycled)
     assert all(s.metadata["abort_source"] == "slime" and s.reward is None for s in recycled)
     assert all(s.metadata["start_rollout_id"] == 0 for s in recycled if s.response)
-    # slime puts them back in the buffer; the next rollout starts them over and finishes them
+    # slime puts them back in the buffer; the next rollout finishes them: a sample whose cut call kept
+    # its partial output (the server's abort reply came before the client stopped waiting on slime's
+    # flag) goes on from it, the others start over
+    resumable = {s.index for s in recycled if STATE_KEY in s.metadata}
+    assert all(s.response_length > 1 for s in recycled if s.index in resumable)
     source.add_samples(aborted)
     engine.scheduler.token_latency = 0.0
     args.rollout_batch_size = args.over_sampling_batch_size = 2
@@ -433,8 +452,87 @@ async def test_over_sampling_abort_and_partial_rollout(make_args: Args, engine: 
     assert sorted(s.label for s in again) == ["1"] * 4
     for sample in again:
         check_sample(sample)
-        assert sample.metadata["restarts"] == 1 and sample.status.name == "TRUNCATED"
-        assert "abort_source" not in sample.metadata
+        key = "resumes" if sample.index in resumable else "restarts"
+        assert sample.metadata[key] == 1 and sample.status.name == "TRUNCATED"
+        assert "abort_source" not in sample.metadata and STATE_KEY not in sample.metadata
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("replay", [False, True], ids=["plain", "r3-and-top-p"])
+async def test_partial_rollout_resumes_an_aborted_agent_group(
+    make_args: Args, engine: DevServer, replay: bool
+) -> None:
+    """slime's over-sampling abort lands while the SLOWTOOL episodes run their tool; their recycled
+    group resumes after the first turn instead of starting over, across a weight update. With R3 and
+    top-p replay the resumed calls extend the kept arrays."""
+    from slime.utils.types import Sample as SlimeSample
+
+    from strands_slime.resume import STATE_KEY
+
+    replay_flags = ["--use-rollout-routing-replay", "--num-layers", "2", "--moe-router-topk", "2"]
+    replay_flags += ["--rollout-top-p", "0.95"]
+    args = make_args(
+        [("MEDIUMQ", "5"), ("SLOWTOOL: 17 times 2?", "34")],
+        "--rollout-batch-size",
+        "1",
+        "--over-sampling-batch-size",
+        "2",
+        "--n-samples-per-prompt",
+        "2",
+        "--partial-rollout",
+        "--mask-offpolicy-in-partial-rollout",
+        *(replay_flags if replay else []),
+        custom=WITH_TOOLS,
+    )
+    source = data_source(args)
+    assert engine.scheduler is not None
+    # MEDIUMQ's group finishes (and slime aborts the rest) while SLOWTOOL's first turn is done and its
+    # 3 s tool call runs: ~180 tokens at 5 ms against ~30
+    engine.scheduler.token_latency = 0.005
+    groups, aborted, _ = await rollout(args, source)
+    engine.scheduler.token_latency = 0.0
+    assert [s.label for s in flatten(groups)] == ["5", "5"]
+    recycled = flatten(aborted)
+    assert len(recycled) == 2 and len(engine.request_log) == 4, "MEDIUMQ x2, SLOWTOOL's first turn x2"
+    kept = {}
+    for sample in recycled:
+        check_sample(sample)
+        assert sample.status.name == "ABORTED" and sample.metadata["start_rollout_id"] == 0
+        state = sample.metadata[STATE_KEY]
+        assert state["messages"][-1]["role"] == "assistant", "the cut tool call runs again on resume"
+        assert sample.weight_versions == ["default"]
+        kept[sample.index] = sample.response_length
+    if not replay:  # what a data buffer that serializes its samples would do to them (no tensors)
+        aborted = [
+            [SlimeSample.from_dict(json.loads(json.dumps(s.to_dict()))) for s in group] for group in aborted
+        ]
+    source.add_samples(aborted)
+    async with __import__("aiohttp").ClientSession() as session:  # a weight update in between
+        await session.post(
+            engine.url + "/update_weights_from_disk", json={"model_path": "/ckpt", "weight_version": "v2"}
+        )
+    args.rollout_batch_size = args.over_sampling_batch_size = 1  # only the recycled group
+    groups, again, _ = await rollout(args, source, rollout_id=1)
+    resumed = flatten(groups)
+    assert again == [] and sorted(s.label for s in resumed) == ["34", "34"]
+    assert len(engine.request_log) == 6, "each resumed episode sent only its second turn"
+    for sample in resumed:
+        check_sample(sample, offpolicy_prefix=kept[sample.index])
+        assert sample.status.name == "COMPLETED" and sample.reward == 1.0
+        assert sample.metadata["resumes"] == 1 and "restarts" not in sample.metadata
+        assert STATE_KEY not in sample.metadata and sample.metadata["tool_calls"] == 1
+        assert sample.metadata["turns"] == 2 and sample.metadata["tool_errors"] == 0
+        assert sample.weight_versions == ["default", "v2"], "one weight version per model call"
+        # slime's generate_and_rm masked the part generated before the abort; the rest trains
+        assert set(sample.loss_mask[: kept[sample.index]]) == {0}
+        assert 1 in sample.loss_mask[kept[sample.index] :]
+        assert "<tool_response>\n34\n</tool_response>" in sample.response
+        if replay:
+            full = routed_expert_ids(sample.tokens, 0, MoEShape(2, 2, 8))
+            assert sample.rollout_routed_experts.flatten().tolist() == full, "rows stitched across the resume"
+            assert len(sample.rollout_top_p_token_offsets) == sample.response_length + 1
+    data = slime_harness.train_data(args, resumed)  # validates top-p offsets and R3 shapes too
+    assert data["response_lengths"] == [len(mask) for mask in data["loss_masks"]]
 
 
 async def test_dynamic_sampling_replaces_groups_with_infra_failures(

@@ -8,6 +8,7 @@ reply the last one repeats. See docs/devserver.md for the file format.
 
 from __future__ import annotations
 
+import collections
 import json
 import math
 from collections.abc import Sequence
@@ -27,6 +28,8 @@ ASSISTANT_MARKER = "<|im_start|>assistant"
 DEFAULT_CONTEXT_LENGTH = 40960
 DEFAULT_PREFIX_CACHE_TOKENS = 2_000_000
 _MASK64 = (1 << 64) - 1
+MAX_CONTINUATIONS = 4096
+"""Cut-short replies remembered for continuation (oldest forgotten first)."""
 _HALF = math.log(0.5)
 
 
@@ -266,6 +269,7 @@ class ScriptedBackend(Backend):
         # One catch-all rule with one reply: the prompt text cannot change the answer.
         self._needs_prompt_text = not (first.match is None and len(first.replies) == 1)
         self._concatenable = tokens.decodes_by_concatenation()
+        self._continuations: collections.OrderedDict[int, _ScriptedState] = collections.OrderedDict()
 
     def _tokenize_replies(self) -> list[list[tuple[int, ...]]]:
         vocab: dict[str, int] | None = None
@@ -300,6 +304,15 @@ class ScriptedBackend(Backend):
             table.append(row)
         return table
 
+    def remember_continuation(self, sequence: list[int], state: _ScriptedState) -> None:
+        """A reply cut short after ``sequence``: a request whose prompt is exactly ``sequence`` goes on
+        with the rest of that reply (as a model continues its own partial output), with the same
+        logprobs an uncut reply would have had."""
+        self._continuations[prompt_key(sequence)] = state
+        self._continuations.move_to_end(prompt_key(sequence))
+        while len(self._continuations) > MAX_CONTINUATIONS:
+            self._continuations.popitem(last=False)
+
     async def prepare(self, request: GenerationRequest) -> None:
         """Pick the rule and reply for the prompt and check it against the request's grammar.
 
@@ -307,7 +320,10 @@ class ScriptedBackend(Backend):
             ProtocolError: no rule matches, or the reply violates the request's constraint.
         """
         await self.compile_grammar(request)
-        if not self._needs_prompt_text:
+        continuation = self._continuations.pop(prompt_key(request.input_ids), None)
+        if continuation is not None:
+            request.backend_state = continuation
+        elif not self._needs_prompt_text:
             request.backend_state = _ScriptedState(self.reply_ids[0][0], None)
         else:
             text = await self._prompt_text(request.input_ids)
@@ -376,6 +392,10 @@ class ScriptedBackend(Backend):
 class _ScriptedState:
     reply: tuple[int, ...]
     prompt_text: str | None
+    start: int = 0
+    """Where in ``reply`` this request starts (a continuation of a cut-short reply)."""
+    key: int | None = None
+    """The logprob key of the request that started the reply (None: this request's own)."""
 
 
 class _ScriptedGeneration(Generation):
@@ -385,8 +405,8 @@ class _ScriptedGeneration(Generation):
         state: _ScriptedState = request.backend_state
         self.reply = state.reply
         self.prompt_text = state.prompt_text
-        self.position = 0
-        self.key = prompt_key(request.input_ids)
+        self.start = self.position = state.start
+        self.key = prompt_key(request.input_ids) if state.key is None else state.key
 
     async def prefill(self) -> PrefillResult:
         request = self.request
@@ -441,3 +461,8 @@ class _ScriptedGeneration(Generation):
         sequence = self.request.input_ids + output_ids[:-1]
         payload = None if self.prompt_text is None else (len(self.request.input_ids), self.prompt_text)
         self.backend.prefix_cache.insert(sequence, payload)
+        reached = self.start + len(output_ids)
+        if output_ids and reached < len(self.reply):  # cut short (abort, length): a later prompt may go on
+            self.backend.remember_continuation(
+                self.request.input_ids + output_ids, _ScriptedState(self.reply, None, reached, self.key)
+            )
