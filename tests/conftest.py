@@ -31,13 +31,17 @@ a verifier's answers are deterministic)."""
 
 
 @pytest.fixture(autouse=True)
-def _reset_runtime():
-    """Every test leaves an empty runtime behind: no clients, configs, templaters, sandboxes, logged
-    messages or GC tuning (``gc.freeze``) leak into the next test."""
+def _reset_runtime(request: pytest.FixtureRequest):
+    """Every test leaves an empty runtime behind: no clients, configs, templaters, sandboxes, episode
+    executors (worker processes), logged messages or GC tuning (``gc.freeze``) leak into the next test.
+
+    A module may name more caches to keep between its own tests in ``RUNTIME_KEPT_IN_MODULE`` (the
+    executor tests share one set of worker processes); it then releases them itself at its end."""
     yield
     from strands_slime.runtime import get_runtime
 
-    get_runtime().reset(keep=RUNTIME_KEPT_BETWEEN_TESTS)
+    kept = (*RUNTIME_KEPT_BETWEEN_TESTS, *getattr(request.module, "RUNTIME_KEPT_IN_MODULE", ()))
+    get_runtime().reset(keep=kept)
 
 
 _UPSTREAM_MODULES = ("slime", "slime_plugins", "ray", "sglang", "sglang_router", "megatron")
