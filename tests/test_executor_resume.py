@@ -12,6 +12,7 @@ from __future__ import annotations
 import array
 import asyncio
 import copy
+import logging
 import pickle
 import threading
 from collections.abc import AsyncIterator
@@ -217,3 +218,25 @@ async def test_aborted_again_before_the_worker_resumes_keeps_the_saved_part(
     check_invariants(resumed)
     assert resumed.status.name == "COMPLETED" and resumed.metadata["resumes"] == 1
     assert resumed.tokens[: len(saved.tokens)] == saved.tokens
+
+
+@pytest.mark.slow
+@shared_loop
+async def test_a_state_that_does_not_fit_starts_over_in_the_worker_with_a_warning(
+    server: DevServer, workers: executor.EpisodeExecutor, caplog: pytest.LogCaptureFixture
+) -> None:
+    counter = SandboxCounter()
+    aborter = Aborter(lambda caller: caller == "stream" and counter.finished == 1)
+    args = make_args(server.url, abort_event=aborter, strands_slime=IN_PROCESS)
+    await counter.install(args)
+    aborted = await generate(args, new_sample("seventeen"), dict(PARAMS))
+    assert STATE_KEY in aborted.metadata
+    aborted.tokens.append(7)  # changed since the state was saved
+    before = len(server.request_log)
+    with caplog.at_level(logging.WARNING, logger="strands_slime.resume"):
+        again = await generate(in_workers(server.url), aborted, dict(PARAMS))
+    check_invariants(again)
+    assert again.status.name == "COMPLETED" and again.metadata["restarts"] == 1
+    assert STATE_KEY not in again.metadata and "resumes" not in again.metadata
+    assert len(server.request_log) - before == 2, "both model calls ran again, from scratch"
+    assert any("starting the episode over" in r.getMessage() for r in caplog.records)
