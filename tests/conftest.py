@@ -96,6 +96,7 @@ MODULE_LANES: dict[str, str] = {
     "test_episode_metadata": "unit",
     "test_eval_metrics": "unit",
     "test_executor": "unit",  # its worker-process tests are marked slow in the module
+    "test_executor_resume": "unit",  # its worker-process tests are marked slow in the module
     "test_import_cycles": "unit",
     "test_math_answer": "unit",
     "test_model": "unit",
