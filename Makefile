@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 SOAK_ARGS ?=
 
-.PHONY: test test-fast lint format demo bench bench-quick soak data clean chromium
+.PHONY: test test-fast test-slow test-py310 lint format demo bench bench-quick soak data clean chromium
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -49,11 +49,38 @@ chromium:
 		       apt-get install -y -qq --no-install-recommends chromium >/dev/null; } \
 		     || echo "chromium could not be installed: the viewer's browser tests will skip"; }
 
+# Test lanes (tests/conftest.py): unit (one process), integration (other processes, slime's code, a
+# browser), slow (over ~2 s each; tests/durations.md). CI (.ci/run) runs test, test-slow, test-py310.
 test: lint chromium
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest --lane unit --lane integration $(PYTEST_ARGS)
 
 test-fast: lint
-	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest --lane unit $(PYTEST_ARGS)
+
+test-slow: $(STAMP) chromium
+	$(BIN)/python -m pytest --lane slow $(PYTEST_ARGS)
+
+# Python 3.10, the oldest version pyproject accepts: the unit lane in a second venv without torch (its
+# pinned wheel is for 3.11; tests that need it are not collected). The interpreter comes from pyenv
+# (CI's base image ships it) or PATH; where there is none the lane says so and passes.
+PYENV_ROOT ?= $(HOME)/.pyenv
+PY310 ?= $(firstword $(wildcard $(PYENV_ROOT)/versions/3.10.*/bin/python3.10) $(shell python3.10 -c 'import sys; print(sys.executable)' 2>/dev/null))
+PY310_VENV ?= .venv-py310
+PY310_STAMP := $(PY310_VENV)/.installed
+
+$(PY310_STAMP): pyproject.toml
+	$(PY310) -m venv $(PY310_VENV)
+	$(PY310_VENV)/bin/python -m pip install -q --upgrade pip
+	$(PY310_VENV)/bin/python -m pip install -q -e '.[test,verify,bench]'
+	touch $(PY310_STAMP)
+
+ifeq ($(strip $(PY310)),)
+test-py310:
+	@echo "test-py310: skipped, no Python 3.10 interpreter (none in $(PYENV_ROOT)/versions or on PATH)"
+else
+test-py310: $(PY310_STAMP)
+	$(PY310_VENV)/bin/python -m pytest --lane unit $(PYTEST_ARGS)
+endif
 
 demo: $(DEMO_STAMP)
 	$(DEMO_VENV)/bin/strands-slime demo
@@ -73,4 +100,4 @@ soak: $(STAMP)
 	$(BIN)/python benchmarks/soak.py $(SOAK_ARGS)
 
 clean:
-	rm -rf $(VENV) $(DEMO_VENV) .venv-peer .pytest_cache .ruff_cache .hypothesis build *.egg-info
+	rm -rf $(VENV) $(DEMO_VENV) $(PY310_VENV) .venv-peer .pytest_cache .ruff_cache .hypothesis build *.egg-info

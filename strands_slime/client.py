@@ -716,6 +716,14 @@ class SGLangClient:
             raise SGLangDecodingError("/generate returned a batch for a single prompt (n > 1?)")
         return GenerateResponse.parse(reply)
 
+    @property
+    def metadata_retries(self) -> int:
+        """Retries for metadata and control requests (``/model_info``, ``/abort_request``, ...).
+
+        At most 3, so a flaky server cannot stall start-up for the minutes a generation may retry, and
+        never more than ``max_retries``: ``max_retries=0`` means one attempt everywhere."""
+        return min(self.max_retries, _METADATA_MAX_RETRIES)
+
     async def abort(self, rid: str | None = None, *, abort_all: bool = False) -> None:
         """Abort the live request whose rid is exactly ``rid``, or all of them with ``abort_all``.
 
@@ -724,7 +732,7 @@ class SGLangClient:
         """
         payload: dict[str, Any] = {"rid": rid or "", "abort_all": abort_all}
         await self.request(
-            "POST", "/abort_request", payload=payload, max_retries=_METADATA_MAX_RETRIES, expect_json=False
+            "POST", "/abort_request", payload=payload, max_retries=self.metadata_retries, expect_json=False
         )
 
     async def health(self) -> bool:
@@ -745,7 +753,7 @@ class SGLangClient:
         state = await self._state()
         pending = state.inflight.get(key)
         if pending is None:
-            pending = asyncio.ensure_future(self.request("GET", path, max_retries=_METADATA_MAX_RETRIES))
+            pending = asyncio.ensure_future(self.request("GET", path, max_retries=self.metadata_retries))
             state.inflight[key] = pending
             pending.add_done_callback(lambda _f: state.inflight.pop(key, None))
         try:

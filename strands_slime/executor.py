@@ -22,7 +22,9 @@ HTTP client and one sandbox each) and writes the result back onto slime's own ``
 * **Lifetime.** Workers (:mod:`strands_slime.executor_worker`) start on the first ``generate`` call, all at once, off the event loop (a
   subprocess each, awaited), warm up (tokenizer, chat template, sandbox, server context length) and
   are reused for every later episode. They die with the parent: ``PR_SET_PDEATHSIG`` and the end of
-  their stdin both end them. A worker that dies fails its in-flight episodes at once (FAILED,
+  their stdin both end them. The runtime (:func:`strands_slime.runtime.get_runtime`) holds every
+  running executor: ``Runtime.close()`` and ``reset()`` (tests, the offline CLI, interpreter exit)
+  stop the workers. A worker that dies fails its in-flight episodes at once (FAILED,
   removed, ``metadata.infra_error`` says which worker died and how) and is replaced in the background.
 * **Misconfiguration** fails the first ``generate`` call with one :class:`ConfigError` line:
   ``workers < 1`` (config validation), more workers than usable CPU cores without
@@ -34,7 +36,6 @@ from __future__ import annotations
 
 import array
 import asyncio
-import atexit
 import contextlib
 import dataclasses
 import itertools
@@ -53,6 +54,7 @@ from . import slime_compat, startup
 from .client import run_abortable
 from .config import ConfigError, RolloutConfig
 from .episode_metadata import write_keys
+from .runtime import get_runtime
 
 logger = logging.getLogger(__name__)
 
@@ -94,6 +96,28 @@ SAMPLE_INPUT_FIELDS: tuple[str, ...] = (
 )
 """What a worker needs of the sample to run its episode (after the attempt was reset here)."""
 
+RESUME_FIELDS: tuple[str, ...] = (
+    "tokens",
+    "response",
+    "response_length",
+    "loss_mask",
+    "rollout_log_probs",
+    "rollout_top_p_token_ids",
+    "rollout_top_p_token_offsets",
+    "rollout_routed_experts",
+    "teacher_log_probs",
+    "reward",
+    "remove_sample",
+    "non_generation_time",
+    "weight_versions",
+    "spec_info",
+    "prefix_cache_info",
+    "status",
+)
+"""What a worker also needs of an ABORTED sample that resumes (``--partial-rollout``): the kept part of
+its response, as the in-process path finds it on the sample (every result field that is not an input;
+``metadata`` carries the saved state)."""
+
 OPTIONAL_SAMPLE_ATTRIBUTES: tuple[str, ...] = ("trace",)
 """Carried both ways when the sample has them: slime's trace carrier (``sglang_generate`` spans)."""
 
@@ -103,6 +127,8 @@ ABORT_POLL_S = 0.01
 _HEADER = struct.Struct("<Q")
 _PICKLE_PROTOCOL = 5
 _WORKER_EXIT_GRACE_S = 5.0
+_KILL_WAIT_S = 5.0
+"""How long :meth:`EpisodeExecutor.kill` waits for the killed workers to exit."""
 _MAX_RESTART_DELAY_S = 30.0
 _PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
 
@@ -110,6 +136,46 @@ _PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
 def _frame(message: Any) -> bytes:
     payload = pickle.dumps(message, protocol=_PICKLE_PROTOCOL)
     return _HEADER.pack(len(payload)) + payload
+
+
+_INT_ARRAYS = ("tokens", "loss_mask", "rollout_top_p_token_ids", "rollout_top_p_token_offsets")
+_FLOAT_ARRAYS = ("rollout_log_probs", "teacher_log_probs")
+
+
+def _as_array(value: Any, typecode: str) -> Any:
+    """A long list of numbers as an ``array``: pickled as one block of bytes, not one object per item
+    (16k tokens: a memcpy instead of 16k ints to build on slime's loop). Anything else stays as is."""
+    if type(value) is not list or len(value) < 64:
+        return value
+    for code in ("i", "q") if typecode == "i" else (typecode,):
+        try:
+            return array.array(code, value)
+        except OverflowError:  # ids past 2**31: the 8-byte form
+            continue
+        except TypeError:  # not all numbers of that kind: ship the list
+            return value
+    return value
+
+
+def pack_fields(sample: Any, names: tuple[str, ...]) -> dict[str, Any]:
+    """The ``names`` attributes of ``sample`` it has, in plain picklable form, either way across the
+    pipe: long number lists as arrays, the status by name, info dataclasses as dicts
+    (:func:`apply_result` turns them back)."""
+    fields: dict[str, Any] = {}
+    for name in names:
+        if not hasattr(sample, name):
+            continue
+        value = getattr(sample, name)
+        if name in _INT_ARRAYS:
+            value = _as_array(value, "i")
+        elif name in _FLOAT_ARRAYS:
+            value = _as_array(value, "d")
+        elif name == "status":
+            value = value.name if hasattr(value, "name") else str(value).upper()
+        elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+            value = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+        fields[name] = value
+    return fields
 
 
 class WorkerDied(RuntimeError):
@@ -197,7 +263,11 @@ class EpisodeExecutor:
         self._replacements: dict[int, asyncio.Task[None]] = {}
         self._loop = asyncio.get_running_loop()
         self.closed = False
-        _RUNNING.add(self)
+        self.started: asyncio.Future[EpisodeExecutor] | None = None
+        """The start-up (:meth:`start` as a task), shared by every episode that waits for it."""
+
+    def __repr__(self) -> str:
+        return f"<EpisodeExecutor workers={self.size} pids={self.worker_pids} closed={self.closed}>"
 
     # ------------------------------------------------------------------ start-up and lifetime
 
@@ -227,6 +297,11 @@ class EpisodeExecutor:
             stdout=asyncio.subprocess.PIPE,
             env=env,
         )
+        if self.closed:  # closed while this process started: it never joins
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            await process.wait()
+            raise WorkerDied("the episode executor was closed during its start-up")
         worker = _WorkerHandle(index, process)
         self._workers[index] = worker
         worker.reader = asyncio.ensure_future(self._read(worker))
@@ -256,19 +331,38 @@ class EpisodeExecutor:
         with contextlib.suppress(ProcessLookupError, OSError):
             os.kill(worker.process.pid, signal.SIGKILL)
 
-    def kill(self) -> None:
-        """Kill every worker at once (no waiting; used at interpreter exit)."""
+    def kill(self, wait_s: float = _KILL_WAIT_S) -> None:
+        """Kill every worker at once and wait until they have exited (at most ``wait_s``).
+
+        Synchronous, for callers without this executor's loop running (``Runtime.reset``, interpreter
+        exit); from the executor's loop prefer :meth:`close`. The killed workers are reaped by asyncio's
+        child watcher."""
         self.closed = True
-        for worker in self._workers.values():
-            if worker.process.returncode is None:
-                self._kill(worker)
+        pids = [worker.process.pid for worker in self._workers.values() if worker.process.returncode is None]
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, OSError):
+                os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + wait_s
+        while any(_process_running(pid) for pid in pids):
+            if time.monotonic() > deadline:
+                logger.error("executor workers %s still running %.0f s after SIGKILL", pids, wait_s)
+                return
+            time.sleep(0.005)
 
     async def close(self) -> None:
-        """Stop every worker (they exit at once; killed after a grace period) and fail what is in flight."""
+        """Stop every worker (they exit at once; killed after a grace period) and fail what is in flight.
+
+        A start-up still under way is cancelled first (its workers are killed); safe to call again."""
         if self.closed and not self._workers:
             return
         self.closed = True
-        _RUNNING.discard(self)
+        if (
+            self.started is not None
+            and not self.started.done()
+            and self.started is not asyncio.current_task()
+        ):
+            self.started.cancel()
+            await asyncio.gather(self.started, return_exceptions=True)
         for task in self._replacements.values():
             task.cancel()
         stop = _frame(("stop",))
@@ -436,9 +530,17 @@ class EpisodeExecutor:
                 await run_abortable(wait, abort_check, "waiting for an executor worker")
 
     async def run(
-        self, args: Any, sample: Any, sampling_params: Any, evaluation: bool, abort_check: Any
+        self,
+        args: Any,
+        sample: Any,
+        sampling_params: Any,
+        evaluation: bool,
+        abort_check: Any,
+        resuming: bool = False,
     ) -> Any:
-        """Run one episode in a worker and apply its result onto ``sample`` (a reset attempt).
+        """Run one episode in a worker and apply its result onto ``sample``: a reset attempt, or with
+        ``resuming`` an ABORTED sample whose saved episode goes on (its kept response fields,
+        :data:`RESUME_FIELDS`, travel with the inputs and the worker resumes it).
 
         Returns:
             ``[sample]``, or the fan-out segments with ``sample`` first.
@@ -450,13 +552,15 @@ class EpisodeExecutor:
             value = getattr(sample, name, None)
             if value is not None:
                 inputs[name] = value
+        kept = pack_fields(sample, RESUME_FIELDS) if resuming else None
         episode_id = next(self._ids)
         channel = self._channel(abort_check)
-        message = ("run", episode_id, channel.id, inputs, dict(sampling_params), evaluation)
+        message = ("run", episode_id, channel.id, inputs, dict(sampling_params), evaluation, kept)
         try:
             frame = _frame(message)
         except Exception as exc:
-            raise ConfigError(f"executor: {_unpicklable(message[3], 'sample.')}: {exc}") from exc
+            fields = {**inputs, **(kept or {})}
+            raise ConfigError(f"executor: {_unpicklable(fields, 'sample.')}: {exc}") from exc
         self._sync(channel)
         future: asyncio.Future[Any] = self._loop.create_future()
         worker.inflight[episode_id] = future
@@ -494,6 +598,21 @@ class EpisodeExecutor:
                 mark_aborted_by_slime(target)
         self.stats.parent_codec_seconds += time.thread_time() - started
         return outputs
+
+
+def _process_running(pid: int) -> bool:
+    """Whether ``pid`` still runs (an exited child waiting to be reaped does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+    except (OSError, IndexError):  # pragma: no cover - no /proc (not Linux)
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
 
 
 def _copy(sample: Any) -> Any:
@@ -546,12 +665,6 @@ def mark_aborted_by_slime(sample: Any) -> None:
 # ---------------------------------------------------------------------- slime's side: generate
 
 
-_RUNNING: weakref.WeakSet[EpisodeExecutor] = weakref.WeakSet()
-_EXECUTORS: weakref.WeakKeyDictionary[
-    asyncio.AbstractEventLoop, dict[Any, asyncio.Future[EpisodeExecutor]]
-] = weakref.WeakKeyDictionary()
-
-
 def usable_cores() -> int:
     """CPU cores this process may run on (its affinity mask, else the machine's count)."""
     try:
@@ -582,11 +695,6 @@ def _check(args_fields: dict[str, Any], config: RolloutConfig) -> None:
         raise ConfigError(f"executor: the rollout config cannot be sent to a worker process: {exc}") from exc
 
 
-async def _start(args_fields: dict[str, Any], config: RolloutConfig) -> EpisodeExecutor:
-    _check(args_fields, config)
-    return await EpisodeExecutor(args_fields, config).start()
-
-
 _FAST: weakref.WeakKeyDictionary[
     asyncio.AbstractEventLoop, dict[tuple[int, int], tuple[Any, RolloutConfig, EpisodeExecutor]]
 ] = weakref.WeakKeyDictionary()
@@ -605,40 +713,52 @@ def running_executor(args: Any, config: RolloutConfig) -> EpisodeExecutor | None
 async def get_executor(args: Any, config: RolloutConfig, abort_check: Any = None) -> EpisodeExecutor:
     """The running executor of this event loop for these ``args`` and this config, started on first use
     (shared by every episode that arrives meanwhile; a failed start is raised to all of them and the
-    next call tries again)."""
+    next call tries again).
+
+    The executor is held by the runtime (``get_runtime().executors``): ``Runtime.close()``/``reset()``
+    stop its workers.
+
+    Raises:
+        ConfigError: a misconfiguration (too many workers, an ``args`` field that cannot be sent, a
+            worker that cannot start).
+    """
     fields = _args_fields(args)
     key = (config.model_dump_json(), repr(sorted(fields.items())))  # by content: configs get re-parsed
-    entries = _EXECUTORS.setdefault(asyncio.get_running_loop(), {})
-    entry = entries.get(key)
-    if (
-        entry is not None
-        and entry.done()
-        and (entry.cancelled() or entry.exception() or entry.result().closed)
-    ):
-        entry = None
-    if entry is None:
-        entry = entries[key] = asyncio.ensure_future(_start(fields, config))
+    loop = asyncio.get_running_loop()
+    runtime = get_runtime()
+    with runtime.lock:
+        entries = runtime.executors.setdefault(loop, {})
+    running: EpisodeExecutor | None = entries.get(key)
+    if running is None or running.closed:
+        _check(fields, config)
+        running = entries[key] = EpisodeExecutor(fields, config)
+        started = running.started = asyncio.ensure_future(running.start())
 
         def forget_failure(done: asyncio.Future[EpisodeExecutor]) -> None:
-            if entries.get(key) is done and (done.cancelled() or done.exception() is not None):
+            if entries.get(key) is running and (done.cancelled() or done.exception() is not None):
                 del entries[key]
 
-        entry.add_done_callback(forget_failure)
-    running = await run_abortable(asyncio.shield(entry), abort_check, "the episode executor's start-up")
-    _FAST.setdefault(asyncio.get_running_loop(), {})[(id(args), id(config))] = (args, config, running)
+        started.add_done_callback(forget_failure)
+    assert running.started is not None
+    try:
+        await run_abortable(asyncio.shield(running.started), abort_check, "the episode executor's start-up")
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if running.started.cancelled() and not (current is not None and current.cancelling()):
+            raise WorkerDied("the episode executor was closed during its start-up") from None
+        raise
+    if running.closed:
+        raise WorkerDied("the episode executor was closed during its start-up")
+    _FAST.setdefault(loop, {})[(id(args), id(config))] = (args, config, running)
     return running
 
 
 async def shutdown_executors() -> None:
-    """Stop every executor of the running event loop (e.g. at the end of an offline run or a test)."""
-    _FAST.pop(asyncio.get_running_loop(), None)
-    entries = _EXECUTORS.pop(asyncio.get_running_loop(), {})
-    for entry in entries.values():
-        if entry.done() and not entry.cancelled() and entry.exception() is None:
-            await entry.result().close()
-
-
-@atexit.register
-def _kill_all() -> None:
-    for executor in list(_RUNNING):
-        executor.kill()
+    """Stop every executor of the running event loop (``Runtime.close()`` stops those of every loop)."""
+    loop = asyncio.get_running_loop()
+    _FAST.pop(loop, None)
+    runtime = get_runtime()
+    with runtime.lock:
+        entries = runtime.executors.pop(loop, {})
+    for running in entries.values():
+        await running.close()

@@ -8,11 +8,9 @@ worker's flag at once, whatever the loop is doing. See ``docs/executor.md``.
 
 from __future__ import annotations
 
-import array
 import asyncio
 import contextlib
 import ctypes
-import dataclasses
 import logging
 import os
 import pickle
@@ -25,47 +23,22 @@ from typing import Any
 
 from . import rollout, slime_compat
 from .config import ConfigError
-from .executor import _HEADER, _PICKLE_PROTOCOL, OPTIONAL_SAMPLE_ATTRIBUTES, _frame
+from .executor import (
+    _HEADER,
+    _PICKLE_PROTOCOL,
+    OPTIONAL_SAMPLE_ATTRIBUTES,
+    _frame,
+    apply_result,
+    pack_fields,
+)
 
 logger = logging.getLogger(__name__)
-
-_INT_ARRAYS = ("tokens", "loss_mask", "rollout_top_p_token_ids", "rollout_top_p_token_offsets")
-_FLOAT_ARRAYS = ("rollout_log_probs", "teacher_log_probs")
-
-
-def _as_array(value: Any, typecode: str) -> Any:
-    """A long list of numbers as an ``array``: pickled as one block of bytes, not one object per item
-    (16k tokens: a memcpy instead of 16k ints to build on slime's loop). Anything else stays as is."""
-    if type(value) is not list or len(value) < 64:
-        return value
-    for code in ("i", "q") if typecode == "i" else (typecode,):
-        try:
-            return array.array(code, value)
-        except OverflowError:  # ids past 2**31: the 8-byte form
-            continue
-        except TypeError:  # not all numbers of that kind: ship the list
-            return value
-    return value
 
 
 def pack_result(sample: Any) -> dict[str, Any]:
     """The fields ``generate`` wrote on ``sample`` (a worker's), in plain picklable form; long number
-    lists travel as arrays (:func:`apply_result` turns them back into lists)."""
-    fields: dict[str, Any] = {}
-    for name in (*rollout.SAMPLE_RESULT_FIELDS, *OPTIONAL_SAMPLE_ATTRIBUTES):
-        if not hasattr(sample, name):
-            continue
-        value = getattr(sample, name)
-        if name in _INT_ARRAYS:
-            value = _as_array(value, "i")
-        elif name in _FLOAT_ARRAYS:
-            value = _as_array(value, "d")
-        elif name == "status":
-            value = value.name if hasattr(value, "name") else str(value).upper()
-        elif dataclasses.is_dataclass(value) and not isinstance(value, type):
-            value = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
-        fields[name] = value
-    return fields
+    lists travel as arrays (:func:`~strands_slime.executor.apply_result` turns them back into lists)."""
+    return pack_fields(sample, (*rollout.SAMPLE_RESULT_FIELDS, *OPTIONAL_SAMPLE_ATTRIBUTES))
 
 
 PR_SET_PDEATHSIG = 1
@@ -155,9 +128,9 @@ class _WorkerServer:
         self._send(("ready", os.getpid()))
 
     def _start_episode(self, message: Any, event: threading.Event) -> None:
-        _, episode_id, _, inputs, sampling_params, evaluation = message
+        _, episode_id, _, inputs, sampling_params, evaluation, kept = message
         self._tasks[episode_id] = asyncio.ensure_future(
-            self._run_episode(episode_id, inputs, sampling_params, evaluation, event)
+            self._run_episode(episode_id, inputs, sampling_params, evaluation, event, kept)
         )
 
     def _cancel(self, episode_id: int) -> None:
@@ -166,7 +139,13 @@ class _WorkerServer:
             task.cancel()
 
     async def _run_episode(
-        self, episode_id: int, inputs: dict[str, Any], sampling_params: Any, evaluation: bool, event: Any
+        self,
+        episode_id: int,
+        inputs: dict[str, Any],
+        sampling_params: Any,
+        evaluation: bool,
+        event: Any,
+        kept: dict[str, Any] | None,
     ) -> None:
         args = SimpleNamespace(**vars(self._base_args))
         args.abort_event = event
@@ -174,6 +153,8 @@ class _WorkerServer:
         sample = self._sample_class(**inputs)
         for name, value in optional.items():
             setattr(sample, name, value)
+        if kept is not None:  # an ABORTED sample that resumes: rollout's own path finds its kept part
+            apply_result(sample, kept)
         try:
             result = await rollout._generate(args, sample, sampling_params, evaluation)
             started = time.thread_time()

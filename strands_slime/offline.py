@@ -228,7 +228,7 @@ async def probe_server(url: str, timeout_s: float) -> dict[str, Any]:
                     return {}
                 info = await reply.json(content_type=None)
                 return info if isinstance(info, dict) else {}
-    except TimeoutError as exc:
+    except asyncio.TimeoutError as exc:  # aiohttp's deadline; the builtin TimeoutError only from 3.11 on
         raise RolloutError(f"server {base} did not answer GET /health within {timeout_s:g} s") from exc
     except aiohttp.ClientError as exc:
         raise RolloutError(f"server {base} is unreachable: {exc or type(exc).__name__}") from exc
@@ -430,6 +430,7 @@ async def run_rollout(options: RolloutOptions) -> dict[str, Any]:
     from tqdm.auto import tqdm
 
     from . import config as config_module
+    from .executor import shutdown_executors
     from .reward import reward_func
     from .rollout import generate
     from .slime_compat import sample_class, status_name
@@ -492,8 +493,11 @@ async def run_rollout(options: RolloutOptions) -> dict[str, Any]:
 
             tasks = [asyncio.create_task(one(g, k)) for g, k in todo]
             interrupt = _Interrupt(tasks, abort_event)
-            with interrupt.installed():
-                results = await asyncio.gather(*tasks, return_exceptions=True)
+            try:
+                with interrupt.installed():
+                    results = await asyncio.gather(*tasks, return_exceptions=True)
+            finally:  # also after SIGINT/SIGTERM: no episode executor worker outlives the run
+                await shutdown_executors()
             progress.close()
         for result in results:
             if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):

@@ -811,13 +811,19 @@ async def _generate_in_workers(
         tune_gc_once()  # slime's process still holds every sample in flight
     await startup.episode_turn()  # slime starts every episode at once: a few per loop iteration
     flag = slime_compat.abort_flag(args)
-    reset_attempt(sample)
+    resuming = resume.saved_state(args, sample, evaluation) is not None
+    if not resuming:
+        reset_attempt(sample)  # a resumed one is readied in the worker, as in-process
     want_top_p = _wants_top_p(args, sampling_params, evaluation)
     try:
         executor = running_executor(args, config) or await get_executor(args, config, flag.check)
-        segments = await executor.run(args, sample, sampling_params, evaluation, flag.check)
+        segments = await executor.run(args, sample, sampling_params, evaluation, flag.check, resuming)
         result = segments if _fans_out(config, evaluation) else sample
     except SGLangAbortedError:  # slime aborted while the workers started or were replaced
+        if resuming:  # the episode never went on: the sample keeps its saved part, as in-process
+            write_keys(sample.metadata, abort_source="slime")
+            sample.status = slime_compat.status(sample, "ABORTED")
+            return sample
         outcome = EpisodeOutcome(status="ABORTED", finish_reason="abort", aborted_by_slime=True)
         _fill_sample(
             args,

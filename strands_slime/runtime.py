@@ -2,8 +2,8 @@
 
 slime calls ``generate`` and ``reward_func`` as plain functions, hundreds of times per rollout, so
 what must outlive one call lives here: HTTP clients, loaded tokenizers, chat templaters, rollout
-configs, chat-template files, sandboxes, math-verify workers, the one-time start-up results, the
-messages already logged, and the garbage-collector tuning. :func:`get_runtime` creates the
+configs, chat-template files, sandboxes, episode executors (worker processes), math-verify workers, the
+one-time start-up results, the messages already logged, and the garbage-collector tuning. :func:`get_runtime` creates the
 :class:`Runtime` on first use; :meth:`Runtime.close` releases what it holds (clients, sandboxes,
 workers) from async code, :meth:`Runtime.reset` does the same synchronously (tests, interpreter
 exit).
@@ -44,11 +44,13 @@ CACHE_NAMES = (
     "loaded",
     "verifiers",
     "sandboxes",
+    "executors",
     "logged",
 )
 """The caches a :class:`Runtime` holds, by attribute name."""
 _CLOSE_WAIT_S = 10.0
-"""How long :meth:`Runtime.close` waits for one resource of another live event loop to close."""
+"""How long :meth:`Runtime.close` waits for one resource of another live event loop to close (and
+:meth:`Runtime.reset` for one on an idle loop)."""
 
 
 class Runtime:
@@ -79,6 +81,10 @@ class Runtime:
             weakref.WeakKeyDictionary()
         )
         """Shared sandboxes per event loop and sandbox config (``sandbox.get_shared_sandbox``)."""
+        self.executors: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[Hashable, Any]] = (
+            weakref.WeakKeyDictionary()
+        )
+        """Episode executors (their worker processes) per event loop and key (``executor.get_executor``)."""
         self.logged: set[str] = set()
         """Messages :meth:`first_time` has seen (errors logged once per process)."""
         self._gc_saved_threshold: tuple[int, int, int] | None = None
@@ -160,55 +166,59 @@ class Runtime:
         self, keep: frozenset[str] = frozenset()
     ) -> tuple[list[Any], list[tuple[asyncio.AbstractEventLoop, Any]], list[Any]]:
         """Empty every cache but those named in ``keep``; return what needs releasing: clients,
-        (loop, sandbox) pairs and math-verify verifiers."""
+        (loop, resource) pairs (episode executors first, then sandboxes) and math-verify verifiers."""
         unknown = keep - set(CACHE_NAMES)
         if unknown:
             raise ValueError(f"no such runtime caches: {sorted(unknown)}; known: {', '.join(CACHE_NAMES)}")
         with self.lock:
             clients = [] if "clients" in keep else list(self.clients.values())
-            sandboxes = [
-                (loop, box)
-                for loop, boxes in ([] if "sandboxes" in keep else list(self.sandboxes.items()))
-                for box in boxes.values()
+            per_loop = [
+                (loop, resource)
+                for name in ("executors", "sandboxes")  # workers first: they hold sandboxes of their own
+                if name not in keep
+                for loop, resources in list(getattr(self, name).items())
+                for resource in resources.values()
             ]
             verifiers = [] if "verifiers" in keep else list(self.verifiers.values())
             for name in CACHE_NAMES:
                 if name not in keep:
                     getattr(self, name).clear()
-        return clients, sandboxes, verifiers
+        return clients, per_loop, verifiers
 
     async def close(self) -> None:
         """Release everything and empty every cache; safe to call again or concurrently.
 
-        Clients and the sandboxes of the running loop are closed here; sandboxes of another live loop
-        are closed on that loop (waiting at most 10 s each); those of a closed or stopped loop are
-        killed at once. math-verify workers are stopped off the event loop. The garbage-collector
+        Clients and the episode executors and sandboxes of the running loop are closed here (executor
+        workers exit; they are killed after a grace period); those of another live loop are closed on
+        that loop (waiting at most 10 s each); those of a closed or stopped loop are killed at once.
+        math-verify workers are stopped off the event loop. The garbage-collector
         tuning is undone. A failure to release one resource is logged and the rest still released.
         """
-        clients, sandboxes, verifiers = self._take_all()
+        clients, per_loop, verifiers = self._take_all()
         self.restore_gc()
         running = asyncio.get_running_loop()
         for client in clients:
             await _quietly(client.close(), f"closing {client!r}")
-        for loop, sandbox in sandboxes:
+        for loop, resource in per_loop:
             if loop is running:
-                await _quietly(sandbox.close(), "closing a sandbox")
+                await _quietly(resource.close(), f"closing {resource!r}")
             elif loop.is_running() and not loop.is_closed():
-                future = asyncio.run_coroutine_threadsafe(sandbox.close(), loop)
+                future = asyncio.run_coroutine_threadsafe(resource.close(), loop)
                 await _quietly(
                     asyncio.wait_for(asyncio.wrap_future(future), _CLOSE_WAIT_S),
-                    "closing a sandbox on its loop",
+                    f"closing {resource!r} on its loop",
                 )
             else:
-                _kill_quietly(sandbox)
+                _kill_quietly(resource)
         for verifier in verifiers:
             await _quietly(asyncio.to_thread(verifier.close), "stopping math-verify workers")
 
     def reset(self, *, keep: Iterable[str] = ()) -> None:
         """Synchronous :meth:`close` for tests and interpreter exit: empty the caches, undo the GC tuning.
 
-        A sandbox is closed on its event loop when that loop is idle (a module-scoped test loop between
-        tests), else killed at once; math-verify workers are stopped. Clients are only dropped: their
+        A sandbox or an episode executor is closed on its event loop when that loop is idle (a
+        module-scoped test loop between tests; at most 10 s), else killed at once (an executor waits a
+        bounded time for its workers to exit); math-verify workers are stopped. Clients are only dropped: their
         sessions close with their event loop (``asyncio.run`` closes them at its end). From async code
         prefer ``await close()``.
 
@@ -220,10 +230,10 @@ class Runtime:
         Raises:
             ValueError: ``keep`` names a cache that does not exist (nothing is reset then).
         """
-        _, sandboxes, verifiers = self._take_all(frozenset(keep))
+        _, per_loop, verifiers = self._take_all(frozenset(keep))
         self.restore_gc()
-        for loop, sandbox in sandboxes:
-            _close_sandbox_now(loop, sandbox)
+        for loop, resource in per_loop:
+            _close_now(loop, resource)
         for verifier in verifiers:
             try:
                 verifier.close()
@@ -246,22 +256,23 @@ async def _quietly(awaitable: Any, what: str) -> None:
             awaitable.close()  # no "never awaited" warning when the await above never started it
 
 
-def _close_sandbox_now(loop: asyncio.AbstractEventLoop, sandbox: Any) -> None:
-    """Close ``sandbox`` synchronously: on its loop when that loop is idle, else by killing it."""
+def _close_now(loop: asyncio.AbstractEventLoop, resource: Any) -> None:
+    """Close ``resource`` (a sandbox, an episode executor) synchronously: on its loop when that loop
+    is idle, else by killing it."""
     if not loop.is_closed() and not loop.is_running():
         try:
-            loop.run_until_complete(asyncio.wait_for(sandbox.close(), _CLOSE_WAIT_S))
+            loop.run_until_complete(asyncio.wait_for(resource.close(), _CLOSE_WAIT_S))
             return
         except Exception:
-            logger.exception("closing a sandbox on its idle loop failed; killing it")
-    _kill_quietly(sandbox)
+            logger.exception("closing %r on its idle loop failed; killing it", resource)
+    _kill_quietly(resource)
 
 
-def _kill_quietly(sandbox: Any) -> None:
+def _kill_quietly(resource: Any) -> None:
     try:
-        sandbox.kill()
+        resource.kill()
     except Exception:
-        logger.exception("killing a sandbox failed")
+        logger.exception("killing %r failed", resource)
 
 
 _RUNTIME: Runtime | None = None

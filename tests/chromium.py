@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from waiting import wait_until
 
 BROWSER_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 
@@ -48,14 +49,9 @@ class Page:
 
     async def wait_for(self, expression: str, timeout: float = 10.0) -> Any:
         """Poll ``expression`` until it is truthy; its value, or AssertionError at the deadline."""
-        deadline = asyncio.get_running_loop().time() + timeout
-        while True:
-            value = await self.evaluate(expression)
-            if value:
-                return value
-            if asyncio.get_running_loop().time() > deadline:
-                raise AssertionError(f"timed out after {timeout} s waiting for {expression}")
-            await asyncio.sleep(0.05)
+        return await wait_until(
+            lambda: self.evaluate(expression), timeout=timeout, interval=0.05, what=expression
+        )
 
     async def screenshot(self, path: Path, *, full_page: bool = False) -> Path:
         params: dict[str, Any] = {"format": "png"}

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from waiting import wait_until
 
 from strands_slime.chat import (
     ChatTemplater,
@@ -294,7 +295,7 @@ async def test_long_texts_are_tokenized_off_the_loop(qwen3_tokenizer: Any) -> No
             lags.append(time.perf_counter() - start - 0.001)
 
     task = asyncio.create_task(ticker())
-    await asyncio.sleep(0.01)
+    await wait_until(lambda: lags, what="the ticker to tick")
     ids = await templater.encode_async(text)
     task.cancel()
     assert ids == qwen3_tokenizer.encode(text, add_special_tokens=False)

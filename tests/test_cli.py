@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from waiting import wait_until_sync
 
 from strands_slime.cli import RolloutOptions, main, run_rollout
 from strands_slime.devserver import DevServerThread
@@ -185,12 +186,11 @@ def test_a_run_where_samples_fail_exits_nonzero_with_the_reasons(
 
 
 def _wait_for_lines(path: Path, count: int, deadline_s: float) -> None:
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        if path.exists() and len(path.read_text().splitlines()) >= count:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"{path} did not reach {count} lines in {deadline_s} s")
+    wait_until_sync(
+        lambda: path.exists() and len(path.read_text().splitlines()) >= count,
+        timeout=deadline_s,
+        what=f"{path} to reach {count} lines",
+    )
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+from waiting import wait_until
 
 from strands_slime.client import (
     GenerateResponse,
@@ -68,7 +69,7 @@ class FaultServer:
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
             if self.delay:
-                with contextlib.suppress(TimeoutError):
+                with contextlib.suppress(asyncio.TimeoutError):  # the builtin one only from 3.11 on
                     await asyncio.wait_for(self.released.wait(), self.delay)
             if self.behaviours:
                 return await self.behaviours.pop(0)(request)
@@ -291,10 +292,38 @@ async def test_max_model_len_cached_and_failures_expire(fault_server: FaultServe
         await client.max_model_len()
     with pytest.raises(SGLangHTTPError):  # still inside the negative-cache window: no new request
         await client.max_model_len()
-    await asyncio.sleep(0.25)
-    assert await client.max_model_len() == 4096
+
+    async def recovered() -> bool:
+        try:
+            return await client.max_model_len() == 4096
+        except SGLangHTTPError:  # the cached failure, until metadata_ttl_on_error has passed
+            return False
+
+    await wait_until(recovered, what="the cached failure to expire")
     assert await client.max_model_len() == 4096
     await client.close()
+
+
+@pytest.mark.parametrize("max_retries", [0, 1, 60])
+async def test_metadata_fetches_honour_max_retries(fault_server: FaultServer, max_retries: int) -> None:
+    """``max_retries=0`` is one attempt for metadata too (it was four, with seconds of backoff);
+    larger values are capped at three retries so start-up never waits a generation's retry budget."""
+    fault_server.behaviours = [status(503, {"error": "busy"})] * 10
+    async with make_client(fault_server.url, max_retries=max_retries) as client:
+        assert client.metadata_retries == min(max_retries, 3)
+        with pytest.raises(SGLangThrottledError):
+            await client.max_model_len()
+    assert len(fault_server.behaviours) == 10 - (min(max_retries, 3) + 1)
+
+
+@pytest.mark.parametrize(("max_retries", "attempts"), [(0, 1), (60, 4)])
+async def test_abort_requests_honour_max_retries(max_retries: int, attempts: int) -> None:
+    async with make_client("http://127.0.0.1:9", max_retries=max_retries) as client:
+        with pytest.raises(SGLangConnectionError) as raised:
+            await client.abort("r1")
+    assert ("gave up after" in str(raised.value)) == (attempts > 1)
+    if attempts > 1:
+        assert f"gave up after {attempts} attempts" in str(raised.value)
 
 
 async def test_concurrent_first_use_is_single_flight(fault_server: FaultServer) -> None:
@@ -448,13 +477,6 @@ def shipped_retry_client(url: str, **kwargs: Any) -> SGLangClient:
     return SGLangClient(url, max_retries=60, retry_delay=1.0, max_retry_delay=30.0, **kwargs)
 
 
-async def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.005)
-
-
 async def raises_aborted_within(task: asyncio.Future[Any], seconds: float) -> float:
     """Await ``task`` (which must raise SGLangAbortedError) and return how long it took."""
     start = time.monotonic()
@@ -525,8 +547,9 @@ async def test_one_abort_flag_stops_many_requests_and_the_watcher_ends(fault_ser
         assert all(isinstance(r, SGLangAbortedError) for r in results)
         watch = _ABORT_WATCHES[asyncio.get_running_loop()]
         assert not watch._waiting
-        await asyncio.sleep(0.1)
-        assert watch._poller is not None and watch._poller.done(), "the poller stops when nothing waits"
+        poller = watch._poller
+        assert poller is not None
+        await wait_until(poller.done, timeout=2, what="the poller to stop when nothing waits")
     assert len(fault_server.requests) == 50
 
 

@@ -26,8 +26,11 @@ from strands_slime import executor, executor_worker, generate, rollout
 from strands_slime.client import SGLangClient
 from strands_slime.config import ConfigError, get_rollout_config, parse_config
 from strands_slime.devserver import DevServer
+from strands_slime.runtime import get_runtime
 from strands_slime.slime_compat import Sample
 
+RUNTIME_KEPT_IN_MODULE = ("executors",)
+"""The worker tests share one executor; the ``server`` fixture closes the runtime at the module's end."""
 WORKERS = 2
 CONFIG = {"sandbox": {"timeout_s": 2.0}, "executor": {"workers": WORKERS, "oversubscribe": True}}
 IN_PROCESS = {"sandbox": {"timeout_s": 2.0}}
@@ -57,7 +60,7 @@ async def test_more_workers_than_cores_needs_opt_in() -> None:
     args.strands_slime = {"executor": {"workers": executor.usable_cores() + 1}}
     with pytest.raises(ConfigError, match=r"more than the \d+ CPU cores.*oversubscribe: true"):
         await generate(args, new_sample("plain"), dict(PARAMS))
-    assert not list(executor._RUNNING), "nothing was started"
+    assert not any(get_runtime().executors.values()), "nothing was started"
 
 
 async def test_unpicklable_args_field_fails_at_start() -> None:
@@ -65,7 +68,7 @@ async def test_unpicklable_args_field_fails_at_start() -> None:
     args.strands_slime = {"executor": {"workers": 1}}
     with pytest.raises(ConfigError, match=r"args\.reward_key \(lock\) cannot be sent to a worker process"):
         await generate(args, new_sample("plain"), dict(PARAMS))
-    assert not list(executor._RUNNING)
+    assert not any(get_runtime().executors.values())
 
 
 def executor_children() -> set[int]:
@@ -125,7 +128,7 @@ pytestmark_workers = pytest.mark.asyncio(loop_scope="module")
 async def server() -> AsyncIterator[DevServer]:
     async with DevServer(backend="scripted", script=SCRIPT) as running:
         yield running
-        await executor.shutdown_executors()
+        await get_runtime().close()
 
 
 START_UP: dict[str, float] = {}

@@ -13,6 +13,7 @@ from test_slime_integration import SCRIPT, WITH_TOOLS, check_sample, data_source
 
 from strands_slime import executor
 from strands_slime.devserver import DevServer
+from strands_slime.resume import STATE_KEY
 
 EXECUTOR = {"strands_slime": {**WITH_TOOLS["strands_slime"], "executor": {"workers": 1}}}
 
@@ -78,7 +79,11 @@ async def test_over_sampling_abort_and_partial_rollout_through_workers(
         assert all(s.metadata["abort_source"] == "slime" and s.reward is None for s in recycled)
         for sample in recycled:
             check_sample(sample)
-        # slime puts them back; the next rollout starts them over in the same workers and finishes them
+        # slime puts them back; the next rollout finishes them in the same workers: a sample whose cut
+        # call kept its partial output (the server's abort reply came first) goes on from it in a
+        # worker, the others start over
+        resumable = {s.index for s in recycled if STATE_KEY in s.metadata}
+        assert all(s.response_length > 1 for s in recycled if s.index in resumable)
         source.add_samples(aborted)
         engine.scheduler.token_latency = 0.0
         args.rollout_batch_size = args.over_sampling_batch_size = 2
@@ -87,5 +92,6 @@ async def test_over_sampling_abort_and_partial_rollout_through_workers(
         assert sorted(s.label for s in again) == ["1"] * 4
         for sample in again:
             check_sample(sample)
-            assert sample.metadata["restarts"] == 1 and sample.status is Sample.Status.TRUNCATED
-            assert "abort_source" not in sample.metadata
+            key = "resumes" if sample.index in resumable else "restarts"
+            assert sample.metadata[key] == 1 and sample.status is Sample.Status.TRUNCATED
+            assert "abort_source" not in sample.metadata and STATE_KEY not in sample.metadata

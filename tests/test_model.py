@@ -12,6 +12,7 @@ from strands import Agent, tool
 from strands.agent.conversation_manager import NullConversationManager
 from strands.hooks import AfterModelCallEvent
 from strands.types.exceptions import MaxTokensReachedException
+from waiting import wait_until
 
 from strands_slime.client import SGLangClient
 from strands_slime.devserver import DevServer, scripted_output_logprobs
@@ -390,9 +391,9 @@ async def test_abort_while_running_raises_with_partial_trajectory(
     server, client = await server_factory(script, token_latency=0.01)
     model = SGLangModel(tokenizer=qwen3_tokenizer, client=client)
     task = asyncio.create_task(make_agent(model).invoke_async("slowly"))
-    while not server.request_log:
-        await asyncio.sleep(0.01)
-    await asyncio.sleep(0.1)
+    assert server.scheduler is not None
+    scheduler = server.scheduler
+    await wait_until(lambda: scheduler.total_generated_tokens >= 5, what="the reply to be under way")
     await client.abort(abort_all=True)
     with pytest.raises(Exception) as info:
         await task
@@ -409,9 +410,11 @@ async def test_abort_while_queued(qwen3_tokenizer: Any, server_factory: Any) -> 
     server, client = await server_factory(script, token_latency=0.01, max_running_requests=1)
     models = [SGLangModel(tokenizer=qwen3_tokenizer, client=client) for _ in range(2)]
     tasks = [asyncio.create_task(make_agent(m).invoke_async("queue")) for m in models]
-    while len(server.request_log) < 2:
-        await asyncio.sleep(0.01)
-    await asyncio.sleep(0.05)
+    assert server.scheduler is not None
+    scheduler = server.scheduler
+    await wait_until(
+        lambda: scheduler.num_running == 1 and scheduler.num_waiting == 1, what="one running, one queued"
+    )
     await client.abort(abort_all=True)
     results = await asyncio.gather(*tasks, return_exceptions=True)
     ends = [find_episode_end(r) for r in results]

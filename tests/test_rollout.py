@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from helpers import solve_with_tool, think, tool_call
+from waiting import wait_until
 
 from strands_slime import generate
 from strands_slime.cli import RolloutOptions, slime_args
@@ -201,9 +202,9 @@ async def test_abort_while_running(server: DevServer) -> None:
         aborted = threading.Event()
         args = make_args(slow.url, abort_event=aborted)
         task = asyncio.create_task(run(args, new_sample("slowpoke")))
-        while not slow.request_log:
-            await asyncio.sleep(0.01)
-        await asyncio.sleep(0.1)
+        assert slow.scheduler is not None
+        scheduler = slow.scheduler
+        await wait_until(lambda: scheduler.total_generated_tokens >= 5, what="the reply to be under way")
         aborted.set()  # what slime does: set the flag, then abort every request on the servers
         from strands_slime.client import SGLangClient
 
@@ -224,8 +225,7 @@ async def test_abort_while_queued() -> None:
         aborted = threading.Event()
         args = make_args(slow.url, abort_event=aborted)
         tasks = [asyncio.create_task(run(args, new_sample("slowpoke"))) for _ in range(2)]
-        while len(slow.request_log) < 2:
-            await asyncio.sleep(0.01)
+        await wait_until(lambda: len(slow.request_log) >= 2, what="both requests to arrive")
         aborted.set()
         from strands_slime.client import SGLangClient
 
@@ -344,10 +344,8 @@ async def test_abort_during_retries_returns_at_once_and_sends_nothing_more(serve
     args = make_args(server.url, abort_event=aborted)
     args.strands_slime = {"client": {"max_retries": 60, "retry_delay_s": 1.0, "max_retry_delay_s": 30.0}}
     task = asyncio.create_task(run(args, new_sample("plain")))
-    deadline = time.monotonic() + 20
-    while len(server.request_log) < 2:  # the first retry went out; now it sleeps 1-2 s before the next
-        assert time.monotonic() < deadline
-        await asyncio.sleep(0.01)
+    # the first retry went out; now it sleeps 1-2 s before the next
+    await wait_until(lambda: len(server.request_log) >= 2, what="the first retry")
     aborted.set()
     set_at = time.monotonic()
     sample = await asyncio.wait_for(task, 10)
@@ -363,11 +361,7 @@ async def test_abort_while_the_server_is_silent_returns_at_once(server: DevServe
     aborted = threading.Event()
     args = make_args(server.url, abort_event=aborted)
     task = asyncio.create_task(run(args, new_sample("plain")))
-    deadline = time.monotonic() + 20
-    while not server.request_log:
-        assert time.monotonic() < deadline
-        await asyncio.sleep(0.01)
-    await asyncio.sleep(0.1)
+    await wait_until(lambda: server.request_log, what="the request to reach the server")
     aborted.set()
     set_at = time.monotonic()
     sample = await asyncio.wait_for(task, 10)
@@ -386,11 +380,9 @@ async def test_abort_while_a_tool_runs_returns_at_once_and_kills_the_tool(server
     args = make_args(server.url, abort_event=aborted)
     args.strands_slime = {"sandbox": {"timeout_s": 60.0}}
     task = asyncio.create_task(run(args, new_sample("sleepy")))
-    deadline = time.monotonic() + 20
-    while not server.request_log:
-        assert time.monotonic() < deadline
-        await asyncio.sleep(0.01)
-    await asyncio.sleep(1.0)  # the model asked for the tool; its 30 s sleep is running in the sandbox
+    await wait_until(lambda: server.request_log, what="the model call")
+    # No public signal says the sandbox has started the call: give the tool time to be running.
+    await asyncio.sleep(1.0)
     running = processes()
     aborted.set()
     set_at = time.monotonic()
@@ -398,10 +390,8 @@ async def test_abort_while_a_tool_runs_returns_at_once_and_kills_the_tool(server
     assert time.monotonic() - set_at < 1.0
     assert sample.status == Sample.Status.ABORTED and sample.metadata["abort_source"] == "slime"
     assert len(server.request_log) == 1, "no model call after the abort"
-    deadline = time.monotonic() + 5
-    while processes() >= running:  # the sandbox kills the cancelled call's worker
-        assert time.monotonic() < deadline, "the aborted tool call is still running"
-        await asyncio.sleep(0.05)
+    # the sandbox kills the cancelled call's worker
+    await wait_until(lambda: processes() < running, timeout=5, what="the aborted tool call to be killed")
 
 
 async def test_sample_without_output_gets_the_exact_prompt(server: DevServer) -> None:

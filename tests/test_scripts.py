@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 from slime_upstream import require_slime
+from waiting import wait_until_sync
 
 REPO = Path(__file__).resolve().parents[1]
 TRAIN_SCRIPT = REPO / "scripts" / "strands_qwen3_8b.sh"
@@ -786,10 +787,7 @@ def _alive(pid: int) -> bool:
 
 
 def _wait_until(condition, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
+    wait_until_sync(condition, timeout=timeout, what=what)
 
 
 @pytest.fixture

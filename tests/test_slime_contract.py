@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from waiting import wait_until
 
 from strands_slime import generate
 from strands_slime.cli import RolloutOptions, slime_args
@@ -190,8 +191,8 @@ async def test_server_side_abort_comes_back_aborted(server: DevServer) -> None:
     sample = Sample(prompt=[{"role": "user", "content": "LONGQ"}], label="1")
     running = asyncio.create_task(generate(make_args(server.url), sample, {"max_new_tokens": 2048}))
     assert server.scheduler is not None
-    while server.scheduler.num_running == 0:
-        await asyncio.sleep(0.02)
+    scheduler = server.scheduler
+    await wait_until(lambda: scheduler.num_running > 0, what="the generation to start")
     server.abort(abort_all=True)  # not slime's abort: an operator, a weight update, ...
     await asyncio.wait_for(running, 30)
     assert sample.status is Sample.Status.ABORTED and sample.metadata["abort_source"] == "server"

@@ -21,6 +21,7 @@ from helpers import tool_call
 from test_slime_contract import FIELDS as CONTRACT_FIELDS
 from test_slime_contract import as_plain, b64
 from test_slime_contract import episode as contract_episode
+from waiting import wait_until
 
 from strands_slime.devserver import DevServer
 from strands_slime.devserver.engine import MoEShape, routed_expert_ids
@@ -126,13 +127,6 @@ async def rollout(
 
     output, aborted = await generate_rollout_async(args, rollout_id, source.get_samples)
     return output.samples, aborted, output.metrics
-
-
-async def wait_until(condition: Callable[[], bool], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.05)
 
 
 def running_requests(engine: DevServer) -> int:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from waiting import wait_until
 
 from strands_slime import startup
 from strands_slime.client import SGLangAbortedError
@@ -31,10 +32,12 @@ async def max_iteration_cpu(work: Any) -> tuple[float, Any]:
     """Run ``work`` while measuring the largest CPU time of this thread between two watchdog wakes."""
     longest = 0.0
     done = False
+    watching = False
 
     async def watch() -> None:
-        nonlocal longest
+        nonlocal longest, watching
         last = time.thread_time()
+        watching = True
         while not done:
             await asyncio.sleep(0.001)
             now = time.thread_time()
@@ -42,7 +45,7 @@ async def max_iteration_cpu(work: Any) -> tuple[float, Any]:
             last = now
 
     watcher = asyncio.create_task(watch())
-    await asyncio.sleep(0.01)
+    await wait_until(lambda: watching, what="the watchdog to start")
     try:
         result = await work
     finally:
@@ -137,7 +140,7 @@ async def test_once_per_loop_is_shared_and_its_wait_is_abortable() -> None:
         asyncio.ensure_future(startup.once_per_loop(("test-warm", 1), warm_up, aborted.is_set))
         for _ in range(20)
     ]
-    await asyncio.sleep(0.05)
+    await wait_until(lambda: starts, what="the shared warm-up to start")
     aborted.set()
     set_at = time.monotonic()
     results = await asyncio.gather(*waiters, return_exceptions=True)

@@ -26,7 +26,11 @@ from strands_slime.devserver import DevServer, scripted_output_logprobs
 from strands_slime.model import SGLangModel
 from strands_slime.trajectory import mask_runs
 
-pytest.importorskip("xgrammar")
+
+@pytest.fixture(autouse=True, scope="module")
+def _needs_xgrammar() -> None:
+    """Skip without xgrammar; imported when the first test runs, not at collection (it loads torch)."""
+    pytest.importorskip("xgrammar")
 
 
 class Color(str, Enum):
