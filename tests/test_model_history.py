@@ -31,6 +31,8 @@ SCRIPT = [
 ]
 PROMPT = "Area of the triangle with legs 3 and 4?"
 
+pytestmark = pytest.mark.unit
+
 
 def tool_output(code: str) -> str:
     return f"ran: {code}"
