@@ -23,8 +23,8 @@ from aiohttp import web
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-from strands_slime.chat import ChatTemplater
-from strands_slime.client import SGLangClient
+from strands_slime.provider.chat import ChatTemplater
+from strands_slime.provider.client import SGLangClient
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -88,7 +88,7 @@ def test_without_the_private_compile_the_public_path_renders(qwen3_tokenizer, mo
     # What `from transformers.utils.chat_template_utils import ...` finds; transformers' own code keeps
     # the real module, so apply_chat_template still works.
     monkeypatch.setitem(sys.modules, CHAT_TEMPLATE_UTILS, types.ModuleType(CHAT_TEMPLATE_UTILS))
-    with caplog.at_level(logging.WARNING, logger="strands_slime.chat"):
+    with caplog.at_level(logging.WARNING, logger="strands_slime.provider.chat"):
         first = ChatTemplater(qwen3_tokenizer)
         ChatTemplater(qwen3_tokenizer)
     assert first._compiled is None
@@ -99,14 +99,17 @@ def test_without_the_private_compile_the_public_path_renders(qwen3_tokenizer, mo
 def test_a_compiled_template_that_renders_differently_is_not_used(
     qwen3_tokenizer, monkeypatch, caplog
 ) -> None:
-    class Drifted:
-        def render(self, **context) -> str:
-            return "something else"
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    def compile_in_another_environment(template: str):
+        # A release whose environment post-processes every printed value: same template, other text.
+        environment = ImmutableSandboxedEnvironment(finalize=lambda value: str(value).upper())
+        return environment.from_string(template)
 
     drifted = types.ModuleType(CHAT_TEMPLATE_UTILS)
-    drifted._compile_jinja_template = lambda template: Drifted()  # type: ignore[attr-defined]
+    drifted._compile_jinja_template = compile_in_another_environment  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, CHAT_TEMPLATE_UTILS, drifted)
-    with caplog.at_level(logging.WARNING, logger="strands_slime.chat"):
+    with caplog.at_level(logging.WARNING, logger="strands_slime.provider.chat"):
         templater = ChatTemplater(qwen3_tokenizer)
     assert templater._compiled is None
     assert templater.render(MESSAGES, TOOLS) == _public_render(qwen3_tokenizer)
