@@ -140,8 +140,9 @@ def _slime_args(url: str, workers: int, concurrency: int) -> SimpleNamespace:
 
 async def measure(url: str, workers: int, concurrency: int) -> dict[str, Any]:
     """One case in this process: warm up, then ``concurrency`` episodes at once."""
-    from strands_slime import executor, generate
-    from strands_slime.slime_compat import Sample
+    from strands_slime import generate
+    from strands_slime.rollout import executor
+    from strands_slime.rollout.slime_compat import Sample
 
     args = _slime_args(url, workers, concurrency)
     params = {"temperature": 1.0, "max_new_tokens": 4096, "skip_special_tokens": False, "no_stop_trim": True}
@@ -220,8 +221,8 @@ def codec_cost(tokens: int, repeats: int = 200) -> dict[str, Any]:
     import pickle
     import random
 
-    from strands_slime import executor, executor_worker
-    from strands_slime.slime_compat import Sample
+    from strands_slime.rollout import executor, executor_worker
+    from strands_slime.rollout.slime_compat import Sample
 
     rng = random.Random(0)
     response = tokens * 3 // 4
@@ -257,7 +258,7 @@ def codec_cost(tokens: int, repeats: int = 200) -> dict[str, Any]:
 def run_case(workers: int, concurrency: int, tool_turns: int, latency: float) -> dict[str, Any]:
     """A fresh server and this process's measurement (call it in a fresh process)."""
     from strands_slime.devserver import DevServerProcess
-    from strands_slime.tokenizer import load_tokenizer
+    from strands_slime.provider.tokenizer import load_tokenizer
 
     load_tokenizer(None)  # slime's GenerateState has loaded it before any generate runs
     with tempfile.TemporaryDirectory() as tmp:

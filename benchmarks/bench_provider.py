@@ -419,7 +419,7 @@ def run(quick: bool = False, *, providers: list[str] | None = None) -> dict[str,
     wanted = providers or (["ours", "peer"] if peer_error is None else ["ours"])
     work = Path(tempfile.mkdtemp(prefix="bench-provider-"))
     try:
-        from strands_slime.tokenizer import load_tokenizer
+        from strands_slime.provider.tokenizer import load_tokenizer
 
         data = transcript_data.build_transcripts(
             settings["distinct_transcripts"], load_tokenizer(), seed=SEED

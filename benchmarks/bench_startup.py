@@ -109,7 +109,7 @@ async def measure(episodes: int, url: str, abort_after: float | None = None) -> 
     import threading
 
     from strands_slime import generate
-    from strands_slime.slime_compat import Sample
+    from strands_slime.rollout.slime_compat import Sample
 
     args = slime_like_args(url)
     aborted = threading.Event()
@@ -159,7 +159,7 @@ async def measure(episodes: int, url: str, abort_after: float | None = None) -> 
 def run(episodes: int, cold_tokenizer: bool = False, abort_after: float | None = None) -> dict[str, Any]:
     """Measure in this process (call it in a fresh one: start-up work must be cold)."""
     from strands_slime.devserver import DevServerProcess
-    from strands_slime.tokenizer import load_tokenizer
+    from strands_slime.provider.tokenizer import load_tokenizer
 
     if not cold_tokenizer:
         load_tokenizer(None)  # what slime's GenerateState has done before calling us

@@ -9,7 +9,7 @@ the same interpreter (the peer venv, Python 3.12) with the same tokenizer object
 settings and sampling parameters.
 
 Providers:
-  ours   strands_slime.model.SGLangModel
+  ours   strands_slime.provider.model.SGLangModel
   peer   strands_sglang.SGLangModel (0.6.2)
   floor  the same agent loop with an in-process scripted Strands model: no HTTP, no tokenizer. What
          any provider pays for Strands itself.
@@ -153,13 +153,13 @@ class Provider:
         if name == "floor":
             self._floor_class = make_floor_model_class()
             return
-        from strands_slime.tokenizer import load_tokenizer
+        from strands_slime.provider.tokenizer import load_tokenizer
 
         self.tokenizer = load_tokenizer()
         sampling = {"max_new_tokens": MAX_NEW_TOKENS}
         if name == "ours":
-            from strands_slime.client import SGLangClient
-            from strands_slime.model import SGLangModel
+            from strands_slime.provider.client import SGLangClient
+            from strands_slime.provider.model import SGLangModel
 
             self.client = SGLangClient(url, max_connections=max_connections)  # type: ignore[arg-type]
             self._build: Callable[[dict[str, Any]], Any] = lambda _t: SGLangModel(
@@ -441,7 +441,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     gc.collect()
     rollout_gc = args.provider == "ours" and args.rollout_gc
     if rollout_gc:
-        from strands_slime.rollout import tune_gc_once
+        from strands_slime.rollout.episode import tune_gc_once
 
         tune_gc_once()  # what strands_slime.generate does in the rollout process (gc_tuning: true)
     if args.gc_freeze:

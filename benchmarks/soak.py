@@ -55,10 +55,10 @@ import aiohttp  # noqa: E402
 import psutil  # noqa: E402
 
 from strands_slime import generate, reward_func  # noqa: E402
-from strands_slime.episode_metadata import EpisodeMetadata  # noqa: E402
-from strands_slime.offline import RolloutOptions, sampling_params, slime_args  # noqa: E402
-from strands_slime.slime_compat import Sample, status_name  # noqa: E402
-from strands_slime.tokenizer import load_tokenizer  # noqa: E402
+from strands_slime.provider.tokenizer import load_tokenizer  # noqa: E402
+from strands_slime.rollout.episode_metadata import EpisodeMetadata  # noqa: E402
+from strands_slime.rollout.offline import RolloutOptions, sampling_params, slime_args  # noqa: E402
+from strands_slime.rollout.slime_compat import Sample, status_name  # noqa: E402
 
 DOC_PATH = REPO_ROOT / "docs" / "soak.md"
 STATUSES = ("completed", "truncated", "aborted", "failed")

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from strands_slime.math_answer import normalize_label, parse_number
+from strands_slime.reward.math_answer import normalize_label, parse_number
 
 __all__ = [
     "DATASETS",

@@ -289,9 +289,9 @@ ROLLOUT_ARGS=(
 # non-zero-std rule with dropping groups that lost a sample to an infrastructure failure.
 ROLLOUT_ARGS+=(--over-sampling-batch-size "$OVER_SAMPLING_BATCH_SIZE")
 if is_true "$DYNAMIC_SAMPLING"; then
-    ROLLOUT_ARGS+=(--dynamic-sampling-filter-path strands_slime.filters.drop_infra_failures_and_zero_std)
+    ROLLOUT_ARGS+=(--dynamic-sampling-filter-path strands_slime.rollout.filters.drop_infra_failures_and_zero_std)
 else
-    ROLLOUT_ARGS+=(--dynamic-sampling-filter-path strands_slime.filters.drop_groups_with_infra_failures)
+    ROLLOUT_ARGS+=(--dynamic-sampling-filter-path strands_slime.rollout.filters.drop_groups_with_infra_failures)
 fi
 
 # With EVAL_CONFIG, slime reads each dataset's sampling settings from the file; the file's
@@ -384,8 +384,8 @@ MISC_ARGS=(
 CUSTOM_ARGS=(
     --custom-generate-function-path strands_slime.generate
     --custom-rm-path strands_slime.reward_func
-    --custom-rollout-log-function-path strands_slime.metrics.log_rollout
-    --custom-eval-rollout-log-function-path strands_slime.metrics.log_eval_rollout
+    --custom-rollout-log-function-path strands_slime.rollout.metrics.log_rollout
+    --custom-eval-rollout-log-function-path strands_slime.rollout.metrics.log_eval_rollout
     --custom-config-path "$ROLLOUT_CONFIG"
 )
 

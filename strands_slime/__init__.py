@@ -12,12 +12,12 @@ from typing import Any
 __version__ = "0.1.0"
 
 _LAZY = {
-    "generate": ("strands_slime.rollout", "generate"),
-    "reward_func": ("strands_slime.reward", "reward_func"),
-    "SGLangClient": ("strands_slime.client", "SGLangClient"),
-    "SGLangModel": ("strands_slime.model", "SGLangModel"),
-    "ToolLimiter": ("strands_slime.limits", "ToolLimiter"),
-    "ToolIterationLimiter": ("strands_slime.limits", "ToolIterationLimiter"),
+    "generate": ("strands_slime.rollout.episode", "generate"),
+    "reward_func": ("strands_slime.reward.dapo", "reward_func"),
+    "SGLangClient": ("strands_slime.provider.client", "SGLangClient"),
+    "SGLangModel": ("strands_slime.provider.model", "SGLangModel"),
+    "ToolLimiter": ("strands_slime.provider.limits", "ToolLimiter"),
+    "ToolIterationLimiter": ("strands_slime.provider.limits", "ToolIterationLimiter"),
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -2,7 +2,7 @@
 
 ``rollout`` runs slime's code path (``generate`` then ``reward_func`` on a slime-like ``args``) over a
 JSONL or parquet dataset, against a running SGLang server (``--base-url``) or an embedded dev server.
-The runner lives in ``strands_slime.offline``.
+The runner lives in ``strands_slime.rollout.offline``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from .offline import (
+from strands_slime.rollout.offline import (
     DEFAULT_HEALTH_TIMEOUT_S,
     DEFAULT_MAX_FAILURE_RATE,
     DEMO_DATA,
@@ -31,7 +31,7 @@ from .offline import (
     sampling_params,
     slime_args,
 )
-from .offline import bundled as _bundled
+from strands_slime.rollout.offline import bundled as _bundled
 
 __all__ = [
     "RolloutError",
@@ -185,7 +185,7 @@ def _rollout(ns: argparse.Namespace, data: Path) -> int:
 def _write_viewer_report(out: Path, tokenizer: Any) -> None:
     """The run's HTML report (``strands-slime view``) next to its samples; a failure to write it is one
     line, never a failed run: the samples are already saved."""
-    from .viewer import ReportError, write_report
+    from strands_slime.viewer import ReportError, write_report
 
     try:
         print(f"report: {write_report(out, tokenizer=tokenizer or 'qwen3')}")
@@ -198,10 +198,10 @@ def _write_viewer_report(out: Path, tokenizer: Any) -> None:
 
 def _template_check(ns: argparse.Namespace) -> int:
     """``drift --template-check MODEL_DIR``: 0 when incremental prompts equal full renders."""
-    from .chat import ChatTemplater
-    from .chat_families import UnsupportedChatTemplate
-    from .template_check import check_template
-    from .tokenizer import load_tokenizer
+    from strands_slime.provider.chat import ChatTemplater
+    from strands_slime.provider.chat_families import UnsupportedChatTemplate
+    from strands_slime.provider.template_check import check_template
+    from strands_slime.provider.tokenizer import load_tokenizer
 
     chat_template = ns.chat_template.read_text() if ns.chat_template else None
     try:
@@ -217,9 +217,9 @@ def _template_check(ns: argparse.Namespace) -> int:
 
 
 async def _drift(ns: argparse.Namespace) -> int:
-    from .chat import ChatTemplater
-    from .drift import audit
-    from .tokenizer import load_tokenizer
+    from strands_slime.drift import audit
+    from strands_slime.provider.chat import ChatTemplater
+    from strands_slime.provider.tokenizer import load_tokenizer
 
     samples_path: Path | None = ns.samples
     if samples_path is None:
@@ -360,7 +360,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # transformers' "PyTorch was not found" advice: a plain install needs no torch for tokenizers
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
     if argv and argv[0] == "serve":
-        from .devserver import serve_main
+        from strands_slime.devserver import serve_main
 
         return serve_main(argv[1:])
     if argv and argv[0] == "data":
@@ -389,7 +389,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if ns.command == "configs":
         return _configs(ns.name, ns.path)
     if ns.command == "view":
-        from .viewer import ReportError, write_report
+        from strands_slime.viewer import ReportError, write_report
 
         try:
             print(f"report: {write_report(ns.source, ns.output, tokenizer=ns.tokenizer)}")

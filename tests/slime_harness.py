@@ -23,7 +23,7 @@ from aiohttp import ClientSession, web
 from slime_upstream import require_slime
 
 from strands_slime.devserver import DevServer
-from strands_slime.tokenizer import bundled_qwen3_tokenizer_dir
+from strands_slime.provider.tokenizer import bundled_qwen3_tokenizer_dir
 
 
 def _module(name: str, **attrs: Any) -> types.ModuleType:

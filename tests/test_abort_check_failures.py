@@ -10,10 +10,10 @@ from collections.abc import Callable
 
 import pytest
 
-from strands_slime import client
-from strands_slime.client import ABORT_POLL_S, abort_check_failures, run_abortable
-from strands_slime.metrics import compute_rollout_metrics
-from strands_slime.slime_compat import Sample
+from strands_slime.provider import client
+from strands_slime.provider.client import ABORT_POLL_S, abort_check_failures, run_abortable
+from strands_slime.rollout.metrics import compute_rollout_metrics
+from strands_slime.rollout.slime_compat import Sample
 
 
 @pytest.fixture(autouse=True)
@@ -45,7 +45,7 @@ async def _until(condition: Callable[[], bool], deadline_s: float) -> None:
 
 
 async def test_a_failing_abort_check_is_logged_once_and_counted(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.WARNING, logger="strands_slime.client")
+    caplog.set_level(logging.WARNING, logger="strands_slime.provider.client")
     for message in ("state torn down", "another cause"):
         done = asyncio.Event()
         request = asyncio.ensure_future(run_abortable(done.wait(), _breaks_after_first_read(message)))

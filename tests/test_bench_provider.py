@@ -12,8 +12,8 @@ from aiohttp import web
 
 from benchmarks import bench_provider, plot, provider_driver, run_all
 from benchmarks import transcripts as transcript_data
-from strands_slime.client import SGLangClient, SGLangDecodingError
 from strands_slime.devserver import DevServerThread
+from strands_slime.provider.client import SGLangClient, SGLangDecodingError
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from waiting import wait_until
 
-from strands_slime.chat import (
+from strands_slime.provider.chat import (
     ChatTemplater,
     to_template_messages,
     tool_result_text,

@@ -17,10 +17,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from strands_slime.chat import ChatTemplater, to_template_messages, tool_specs_to_template_tools
-from strands_slime.chat_families import UnsupportedChatTemplate, detect_chat_family
-from strands_slime.deepseek_v32 import ASSISTANT, BOS, EOS, USER
-from strands_slime.template_check import Turn, simulate_episode, stop_token_id
+from strands_slime.provider.chat import ChatTemplater, to_template_messages, tool_specs_to_template_tools
+from strands_slime.provider.chat_families import UnsupportedChatTemplate, detect_chat_family
+from strands_slime.provider.deepseek_v32 import ASSISTANT, BOS, EOS, USER
+from strands_slime.provider.template_check import Turn, simulate_episode, stop_token_id
 
 TEMPLATES = Path(__file__).parent / "data" / "templates"
 TOOL_SPECS = [
@@ -94,7 +94,7 @@ def family_tokenizer(case_name: str) -> Any:
     """A fresh Qwen3 tokenizer with the family's special tokens and chat template."""
     from transformers import AutoTokenizer
 
-    from strands_slime.tokenizer import resolve_tokenizer_path
+    from strands_slime.provider.tokenizer import resolve_tokenizer_path
 
     case = CASES[case_name]
     tokenizer = AutoTokenizer.from_pretrained(resolve_tokenizer_path(None))
@@ -326,9 +326,9 @@ async def test_agent_episode_over_http(tmp_path: Path, case_name: str, eos: str,
     from strands import Agent, tool
     from strands.agent.conversation_manager import NullConversationManager
 
-    from strands_slime.client import SGLangClient
     from strands_slime.devserver import DevServer
-    from strands_slime.model import SGLangModel
+    from strands_slime.provider.client import SGLangClient
+    from strands_slime.provider.model import SGLangModel
 
     ran: list[str] = []
 

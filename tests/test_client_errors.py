@@ -1,11 +1,11 @@
-"""The client's typed errors: their own leaf module, still importable from strands_slime.client."""
+"""The client's typed errors: their own leaf module, still importable from strands_slime.provider.client."""
 
 from __future__ import annotations
 
 import pytest
 
-from strands_slime import client, client_errors
-from strands_slime.client_errors import (
+from strands_slime.provider import client, client_errors
+from strands_slime.provider.client_errors import (
     SGLangBadRequestError,
     SGLangContextLengthError,
     SGLangHTTPError,
@@ -54,6 +54,6 @@ def test_the_errors_module_imports_nothing_heavy() -> None:
     import subprocess
     import sys
 
-    code = "import sys, strands_slime.client_errors; print('aiohttp' in sys.modules)"
+    code = "import sys, strands_slime.provider.client_errors; print('aiohttp' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

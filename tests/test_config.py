@@ -17,7 +17,7 @@ from strands_slime.config import (
     load_config,
     parse_config,
 )
-from strands_slime.limits import DEFAULT_MAX_MODEL_CALLS, ToolLimiter
+from strands_slime.provider.limits import DEFAULT_MAX_MODEL_CALLS, ToolLimiter
 
 REPO = Path(__file__).resolve().parents[1]
 

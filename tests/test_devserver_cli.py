@@ -10,8 +10,8 @@ import urllib.request
 
 import pytest
 
-from strands_slime.client import SGLangClient
 from strands_slime.devserver import URL_LINE_PREFIX, DevServerProcess, DevServerThread, serve_main
+from strands_slime.provider.client import SGLangClient
 
 
 def post_json(url: str, payload: dict) -> dict:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from strands_slime.client import SGLangClient
 from strands_slime.devserver import DevServer
+from strands_slime.provider.client import SGLangClient
 
 SCRIPT = [{"match": None, "replies": ["one two three four five six seven eight nine ten"]}]
 

@@ -9,8 +9,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from strands_slime.client import SGLangClient, SGLangConnectionError, SGLangDecodingError
 from strands_slime.devserver import DevServer
+from strands_slime.provider.client import SGLangClient, SGLangConnectionError, SGLangDecodingError
 
 SCRIPT = [{"match": None, "replies": ["Hello there, this is a scripted reply."]}]
 

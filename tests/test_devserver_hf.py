@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import torch
 
-from strands_slime.client import SGLangClient
 from strands_slime.devserver import DevServer, DevServerThread, build_tiny_qwen3, full_forward_logprobs
+from strands_slime.provider.client import SGLangClient
 
 TOLERANCE = 1e-5
 

@@ -13,7 +13,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from strands_slime.client import (
+from strands_slime.devserver import DevServer, scripted_output_logprobs
+from strands_slime.provider.client import (
     SGLangBadRequestError,
     SGLangClient,
     SGLangConnectionError,
@@ -21,7 +22,6 @@ from strands_slime.client import (
     SGLangHTTPError,
     SGLangThrottledError,
 )
-from strands_slime.devserver import DevServer, scripted_output_logprobs
 
 IM_END = 151645
 ENDOFTEXT = 151643

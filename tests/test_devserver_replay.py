@@ -9,9 +9,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from strands_slime.client import SGLangClient
 from strands_slime.devserver import DevServer
-from strands_slime.slime_compat import decode_int32_meta_array
+from strands_slime.provider.client import SGLangClient
+from strands_slime.rollout.slime_compat import decode_int32_meta_array
 
 SCRIPT = [{"match": "LONG", "replies": ["word " * 300]}, {"replies": ["The answer is 5.\n\nAnswer: 5"]}]
 PROMPT = [151644, 872, 198, 9707, 151645, 198, 151644, 77091, 198]

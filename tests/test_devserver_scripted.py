@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 
-from strands_slime.client import SGLangBadRequestError, SGLangClient
 from strands_slime.devserver import (
     DevServer,
     Script,
@@ -18,6 +17,7 @@ from strands_slime.devserver import (
     scripted_logprob,
     scripted_output_logprobs,
 )
+from strands_slime.provider.client import SGLangBadRequestError, SGLangClient
 
 IM_END = 151645
 

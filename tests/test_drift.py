@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from strands_slime.chat import ChatTemplater
 from strands_slime.cli import RolloutOptions, run_rollout
 from strands_slime.drift import audit, audit_trajectory
+from strands_slime.provider.chat import ChatTemplater
 
 IM_END = 151645
 
@@ -96,7 +96,7 @@ async def test_audit_over_a_rollout(tmp_path: Path) -> None:
     await run_rollout(options)
     records = [json.loads(line) for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
     assert all("transcript" in r["metadata"] for r in records)
-    from strands_slime.tokenizer import load_tokenizer
+    from strands_slime.provider.tokenizer import load_tokenizer
 
     report = audit(ChatTemplater(load_tokenizer()), records)
     assert report.trajectories == 5 and report.bpe_trajectories == 1

@@ -1,4 +1,4 @@
-"""strands_slime.eval_metrics: pass@k, avg@k and summaries of evaluation records."""
+"""strands_slime.reward.eval_metrics: pass@k, avg@k and summaries of evaluation records."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from strands_slime.eval_metrics import (
+from strands_slime.reward.eval_metrics import (
     avg_at_k,
     pass_at_k,
     powers_of_two_up_to,

@@ -22,12 +22,14 @@ import pytest
 import pytest_asyncio
 from test_rollout import PARAMS, SCRIPT, check_invariants, make_args, new_sample
 
-from strands_slime import executor, executor_worker, generate, rollout
-from strands_slime.client import SGLangClient
+from strands_slime import generate
 from strands_slime.config import ConfigError, get_rollout_config, parse_config
 from strands_slime.devserver import DevServer
+from strands_slime.provider.client import SGLangClient
+from strands_slime.rollout import episode as rollout
+from strands_slime.rollout import executor, executor_worker
+from strands_slime.rollout.slime_compat import Sample
 from strands_slime.runtime import get_runtime
-from strands_slime.slime_compat import Sample
 
 RUNTIME_KEPT_IN_MODULE = ("executors",)
 """The worker tests share one executor; the ``server`` fixture closes the runtime at the module's end."""
@@ -84,7 +86,7 @@ def executor_children() -> set[int]:
                 command = cmdline.read()
         except (OSError, IndexError, ValueError):
             continue
-        if ppid == os.getpid() and b"strands_slime.executor" in command and alive(int(entry)):
+        if ppid == os.getpid() and b"strands_slime.rollout.executor" in command and alive(int(entry)):
             found.add(int(entry))
     return found
 
@@ -322,7 +324,7 @@ PARENT = textwrap.dedent(
     import asyncio, sys
     from types import SimpleNamespace
     from strands_slime.config import parse_config
-    from strands_slime.executor import get_executor
+    from strands_slime.rollout.executor import get_executor
 
     async def main():
         host, port = sys.argv[1].removeprefix("http://").rsplit(":", 1)
@@ -368,7 +370,7 @@ async def test_workers_die_with_their_parent(server: DevServer) -> None:
 async def test_a_wait_added_while_the_abort_poller_unwinds_is_still_watched() -> None:
     """Found through the workers: one request's wait ends (the idle poller is cancelled) and the next
     wait starts in the same step, before the cancelled poller has unwound; it must still be aborted."""
-    from strands_slime.client import SGLangAbortedError, run_abortable
+    from strands_slime.provider.client import SGLangAbortedError, run_abortable
 
     flag = threading.Event()
 

@@ -23,12 +23,13 @@ from helpers import tool_call
 from test_executor import alive, comparable, executor_children
 from test_rollout import PARAMS, SCRIPT, make_args, new_sample
 
-from strands_slime import executor, generate
+from strands_slime import generate
 from strands_slime.cli import RolloutOptions, run_rollout
 from strands_slime.config import get_rollout_config
 from strands_slime.devserver import DevServerThread
+from strands_slime.rollout import executor
+from strands_slime.rollout.slime_compat import Sample
 from strands_slime.runtime import get_runtime
-from strands_slime.slime_compat import Sample
 
 ONE_WORKER = {"tools": [], "executor": {"workers": 1, "oversubscribe": True}}
 DATA_DIR = Path(__file__).resolve().parents[1] / "strands_slime" / "data"

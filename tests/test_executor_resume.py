@@ -34,12 +34,14 @@ from test_resume import (
     new_sample,
 )
 
-from strands_slime import executor, generate, rollout
-from strands_slime.client import SGLangClient
+from strands_slime import generate
 from strands_slime.config import get_rollout_config
 from strands_slime.devserver import DevServer
-from strands_slime.resume import STATE_KEY
-from strands_slime.slime_compat import Sample
+from strands_slime.provider.client import SGLangClient
+from strands_slime.rollout import episode as rollout
+from strands_slime.rollout import executor
+from strands_slime.rollout.resume import STATE_KEY
+from strands_slime.rollout.slime_compat import Sample
 
 STAMP_CODE = "import time\nprint(time.time_ns())"
 """A tool whose output differs on every run: a call that ran again would change the tokens."""
@@ -233,7 +235,7 @@ async def test_a_state_that_does_not_fit_starts_over_in_the_worker_with_a_warnin
     assert STATE_KEY in aborted.metadata
     aborted.tokens.append(7)  # changed since the state was saved
     before = len(server.request_log)
-    with caplog.at_level(logging.WARNING, logger="strands_slime.resume"):
+    with caplog.at_level(logging.WARNING, logger="strands_slime.rollout.resume"):
         again = await generate(in_workers(server.url), aborted, dict(PARAMS))
     check_invariants(again)
     assert again.status.name == "COMPLETED" and again.metadata["restarts"] == 1

@@ -11,9 +11,9 @@ import pytest
 import slime_harness
 from test_slime_integration import SCRIPT, WITH_TOOLS, check_sample, data_source, flatten, rollout
 
-from strands_slime import executor
 from strands_slime.devserver import DevServer
-from strands_slime.resume import STATE_KEY
+from strands_slime.rollout import executor
+from strands_slime.rollout.resume import STATE_KEY
 
 EXECUTOR = {"strands_slime": {**WITH_TOOLS["strands_slime"], "executor": {"workers": 1}}}
 

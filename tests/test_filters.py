@@ -1,4 +1,4 @@
-"""strands_slime.filters against slime's own dynamic-sampling filter and filter plumbing."""
+"""strands_slime.rollout.filters against slime's own dynamic-sampling filter and filter plumbing."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 from slime_upstream import require_slime
 
-from strands_slime.filters import drop_groups_with_infra_failures, drop_infra_failures_and_zero_std
+from strands_slime.rollout.filters import drop_groups_with_infra_failures, drop_infra_failures_and_zero_std
 
 
 @pytest.fixture(scope="module")

@@ -87,9 +87,9 @@ def test_the_graph_covers_every_module(import_graph) -> None:
     modules = import_graph.modules
     for expected in (
         "strands_slime.config",
-        "strands_slime.reward",
+        "strands_slime.reward.dapo",
         "strands_slime.runtime",
-        "strands_slime.rollout",
+        "strands_slime.rollout.episode",
     ):
         assert expected in modules
     assert any(name.startswith("strands_slime.devserver.") for name in modules)
@@ -109,8 +109,12 @@ def test_no_import_cycles_in_the_package(import_graph) -> None:
 
 
 def test_config_and_reward_do_not_import_each_other(import_graph) -> None:
-    assert not import_graph.chain_exists(importer="strands_slime.config", imported="strands_slime.reward")
-    assert import_graph.direct_import_exists(importer="strands_slime.reward", imported="strands_slime.config")
+    assert not import_graph.chain_exists(
+        importer="strands_slime.config", imported="strands_slime.reward.dapo"
+    )
+    assert import_graph.direct_import_exists(
+        importer="strands_slime.reward.dapo", imported="strands_slime.config"
+    )
 
 
 def test_the_runtime_is_a_leaf(import_graph) -> None:

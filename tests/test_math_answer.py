@@ -1,4 +1,4 @@
-"""Answer extraction, normalization, numbers and the math-verify worker (strands_slime.math_answer)."""
+"""Answer extraction, normalization, numbers and the math-verify worker (strands_slime.reward.math_answer)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from fractions import Fraction
 
 import pytest
 
-from strands_slime.math_answer import (
+from strands_slime.reward.math_answer import (
     MathVerifier,
     check_answer,
     check_answer_async,

@@ -14,7 +14,6 @@ from strands.hooks import AfterModelCallEvent
 from strands.types.exceptions import MaxTokensReachedException
 from waiting import wait_until
 
-from strands_slime.client import SGLangClient
 from strands_slime.devserver import DevServer, scripted_output_logprobs
 from strands_slime.errors import (
     ContextLimitExceeded,
@@ -24,9 +23,10 @@ from strands_slime.errors import (
     ToolLimitReached,
     find_episode_end,
 )
-from strands_slime.limits import ToolIterationLimiter, ToolLimiter
-from strands_slime.model import SGLangModel
-from strands_slime.trajectory import mask_runs
+from strands_slime.provider.client import SGLangClient
+from strands_slime.provider.limits import ToolIterationLimiter, ToolLimiter
+from strands_slime.provider.model import SGLangModel
+from strands_slime.provider.trajectory import mask_runs
 
 IM_END = 151645
 CALLS: list[str] = []

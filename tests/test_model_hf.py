@@ -9,7 +9,7 @@ from strands.agent.conversation_manager import NullConversationManager
 from strands.types.exceptions import MaxTokensReachedException
 
 from strands_slime.devserver import DevServer, build_tiny_qwen3, full_forward_logprobs
-from strands_slime.model import SGLangModel
+from strands_slime.provider.model import SGLangModel
 
 
 async def test_rollout_logprobs_match_full_forward(qwen3_tokenizer: Any) -> None:

@@ -14,9 +14,9 @@ from strands.agent.conversation_manager import NullConversationManager
 from strands.event_loop.streaming import process_stream
 from strands.middleware import InvokeModelStage, ModelStopReason
 
-from strands_slime.client import SGLangClient
 from strands_slime.devserver import DevServer
-from strands_slime.model import SGLangModel
+from strands_slime.provider.client import SGLangClient
+from strands_slime.provider.model import SGLangModel
 
 SCRIPT = [
     {

@@ -25,12 +25,12 @@ from helpers import solve_with_tool, think, tool_call
 
 from strands_slime import generate
 from strands_slime.cli import RolloutOptions, slime_args
-from strands_slime.client import SGLangClient
 from strands_slime.config import get_rollout_config
 from strands_slime.devserver import DevServer
-from strands_slime.resume import STATE_KEY
+from strands_slime.provider.client import SGLangClient
+from strands_slime.rollout.resume import STATE_KEY
+from strands_slime.rollout.slime_compat import Sample
 from strands_slime.sandbox import get_shared_sandbox
-from strands_slime.slime_compat import Sample
 
 SLEEP_CODE = "import time\ntime.sleep(0.6)\nprint(17 * 2)"
 SCRIPT = [
@@ -76,7 +76,7 @@ async def server() -> AsyncIterator[DevServer]:
 def _caller() -> str:
     """The function that read the abort flag, past slime_compat's wrappers around ``abort_event``."""
     frame = sys._getframe(2)
-    while frame is not None and frame.f_globals.get("__name__") == "strands_slime.slime_compat":
+    while frame is not None and frame.f_globals.get("__name__") == "strands_slime.rollout.slime_compat":
         frame = frame.f_back  # type: ignore[assignment]
     return frame.f_code.co_name if frame is not None else ""
 
@@ -451,7 +451,7 @@ async def test_a_state_that_does_not_match_starts_over_with_a_warning(
     args, aborter, sample = await aborted_after_the_tool(server)
     change(sample)
     aborter.clear()
-    with caplog.at_level(logging.WARNING, logger="strands_slime.resume"):
+    with caplog.at_level(logging.WARNING, logger="strands_slime.rollout.resume"):
         again = await generate(args, sample, dict(PARAMS))
     check_invariants(again)
     assert again.status.name == "COMPLETED" and again.metadata["restarts"] == 1
@@ -468,7 +468,7 @@ async def test_a_layout_that_does_not_restore_starts_over(
     args, aborter, sample = await aborted_after_the_tool(server)
     sample.metadata[STATE_KEY]["trajectory"]["segments"][1][1] += 1  # no longer tiles the tokens
     aborter.clear()
-    with caplog.at_level(logging.WARNING, logger="strands_slime.rollout"):
+    with caplog.at_level(logging.WARNING, logger="strands_slime.rollout.episode"):
         again = await generate(args, sample, dict(PARAMS))
     assert_same_trajectory(again, expected)
     assert again.metadata["restarts"] == 1
@@ -518,7 +518,7 @@ async def test_the_saved_state_is_small_and_the_transcript_survives(server: DevS
 
 
 def test_the_state_key_is_an_episode_metadata_key_reset_on_a_new_attempt() -> None:
-    from strands_slime.episode_metadata import EPISODE_METADATA_KEYS, RESUMES_KEY
+    from strands_slime.rollout.episode_metadata import EPISODE_METADATA_KEYS, RESUMES_KEY
 
     assert STATE_KEY in EPISODE_METADATA_KEYS and RESUMES_KEY not in EPISODE_METADATA_KEYS
 

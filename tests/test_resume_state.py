@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from strands_slime.limits import ToolLimiter
-from strands_slime.trajectory import TokenTrajectory
+from strands_slime.provider.limits import ToolLimiter
+from strands_slime.provider.trajectory import TokenTrajectory
 
 
 def trajectory() -> TokenTrajectory:

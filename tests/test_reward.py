@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 import strands_slime
-from strands_slime.math_answer import math_verify_available
-from strands_slime.reward import RewardConfig, reward_func, scoring_text, shape_reward
+from strands_slime.reward.dapo import RewardConfig, reward_func, scoring_text, shape_reward
+from strands_slime.reward.math_answer import math_verify_available
 
 NO_SHAPING = RewardConfig(shaping="none")
 STRANDS_SHAPING = RewardConfig(shaping="strands_example")
@@ -259,7 +259,7 @@ def test_reward_config_rejects_bad_input() -> None:
 
 
 def test_slime_loads_it_by_dotted_path() -> None:
-    for path in ("strands_slime.reward_func", "strands_slime.reward.reward_func"):
+    for path in ("strands_slime.reward_func", "strands_slime.reward.dapo.reward_func"):
         module_name, _, attr = path.rpartition(".")
         assert getattr(importlib.import_module(module_name), attr) is reward_func
     assert strands_slime.reward_func is reward_func

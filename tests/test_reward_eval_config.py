@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import strands_slime
-from strands_slime.reward import RewardConfig, reward_func
+from strands_slime.reward.dapo import RewardConfig, reward_func
 
 omegaconf = pytest.importorskip("omegaconf")
 

@@ -18,7 +18,7 @@ from types import ModuleType
 import pytest
 from slime_upstream import require_slime
 
-from strands_slime.math_answer import (
+from strands_slime.reward.math_answer import (
     check_answer,
     extract_answer_line,
     extract_last_boxed,

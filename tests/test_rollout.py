@@ -18,10 +18,10 @@ from strands_slime import generate
 from strands_slime.cli import RolloutOptions, slime_args
 from strands_slime.config import ConfigError
 from strands_slime.devserver import DevServer
-from strands_slime.filters import drop_groups_with_infra_failures
-from strands_slime.metrics import compute_rollout_metrics, log_rollout
-from strands_slime.reward import reward_func
-from strands_slime.slime_compat import Sample
+from strands_slime.reward.dapo import reward_func
+from strands_slime.rollout.filters import drop_groups_with_infra_failures
+from strands_slime.rollout.metrics import compute_rollout_metrics, log_rollout
+from strands_slime.rollout.slime_compat import Sample
 
 DAPO = (
     "Solve the following math problem step by step. The last line of your response should be of the form "
@@ -116,7 +116,7 @@ async def test_completed_episode_with_tool_call(server: DevServer) -> None:
     assert sample.reward == 1.0
     import gc
 
-    from strands_slime.rollout import GC_THRESHOLDS
+    from strands_slime.rollout.episode import GC_THRESHOLDS
 
     assert gc.get_threshold()[0] >= GC_THRESHOLDS[0] > 700, "the rollout process tunes the collector once"
     # consistent hashing: every request of the episode carries the session id
@@ -206,7 +206,7 @@ async def test_abort_while_running(server: DevServer) -> None:
         scheduler = slow.scheduler
         await wait_until(lambda: scheduler.total_generated_tokens >= 5, what="the reply to be under way")
         aborted.set()  # what slime does: set the flag, then abort every request on the servers
-        from strands_slime.client import SGLangClient
+        from strands_slime.provider.client import SGLangClient
 
         async with SGLangClient(slow.url) as client:
             await client.abort(abort_all=True)
@@ -227,7 +227,7 @@ async def test_abort_while_queued() -> None:
         tasks = [asyncio.create_task(run(args, new_sample("slowpoke"))) for _ in range(2)]
         await wait_until(lambda: len(slow.request_log) >= 2, what="both requests to arrive")
         aborted.set()
-        from strands_slime.client import SGLangClient
+        from strands_slime.provider.client import SGLangClient
 
         async with SGLangClient(slow.url) as client:
             await client.abort(abort_all=True)

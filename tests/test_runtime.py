@@ -11,13 +11,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from strands_slime import rollout
-from strands_slime.chat import get_templater
 from strands_slime.config import get_rollout_config
-from strands_slime.math_answer import get_math_verifier, math_verify_available
+from strands_slime.provider.chat import get_templater
+from strands_slime.provider.tokenizer import load_tokenizer, resolve_tokenizer_path
+from strands_slime.reward.math_answer import get_math_verifier, math_verify_available
+from strands_slime.rollout import episode as rollout
 from strands_slime.runtime import CACHE_NAMES, Runtime, get_runtime
 from strands_slime.sandbox import SandboxConfig, get_shared_sandbox
-from strands_slime.tokenizer import load_tokenizer, resolve_tokenizer_path
 
 LIGHT_SANDBOX = SandboxConfig(preload_modules=("math",), timeout_s=10.0)
 ROUTER_ARGS = SimpleNamespace(sglang_router_ip="127.0.0.1", sglang_router_port=1)
@@ -102,7 +102,7 @@ def test_reset_empties_every_cache_filled_through_the_public_apis(runtime: Runti
     client = rollout.get_client(ROUTER_ARGS, config)
     assert rollout.get_client(ROUTER_ARGS, config) is client
     assert runtime.read_text(str(template)) == "{{ messages[0]['content'] }}"
-    with caplog.at_level(logging.ERROR, logger="strands_slime.rollout"):
+    with caplog.at_level(logging.ERROR, logger="strands_slime.rollout.episode"):
         rollout._log_once("configuration broken")
         rollout._log_once("configuration broken")
     assert caplog.text.count("configuration broken") == 1

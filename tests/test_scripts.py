@@ -52,8 +52,8 @@ QWEN3_8B_CONFIG = {
 CUSTOM_PATHS = {
     "--custom-generate-function-path": "strands_slime.generate",
     "--custom-rm-path": "strands_slime.reward_func",
-    "--custom-rollout-log-function-path": "strands_slime.metrics.log_rollout",
-    "--custom-eval-rollout-log-function-path": "strands_slime.metrics.log_eval_rollout",
+    "--custom-rollout-log-function-path": "strands_slime.rollout.metrics.log_rollout",
+    "--custom-eval-rollout-log-function-path": "strands_slime.rollout.metrics.log_eval_rollout",
 }
 
 
@@ -341,7 +341,7 @@ def test_train_defaults_follow_the_recipe_and_our_entry_points(tools: Path, tmp_
         "--global-batch-size": ["128"],
         "--rollout-max-response-len": ["16384"],
         "--over-sampling-batch-size": ["32"],
-        "--dynamic-sampling-filter-path": ["strands_slime.filters.drop_infra_failures_and_zero_std"],
+        "--dynamic-sampling-filter-path": ["strands_slime.rollout.filters.drop_infra_failures_and_zero_std"],
         "--eval-interval": ["20"],
         "--eval-config": [str(REPO / "configs" / "eval_aime.yaml")],
         "--n-samples-per-eval-prompt": ["16"],
@@ -682,10 +682,12 @@ def test_the_dapo_recipe(tools: Path, tmp_path: Path) -> None:
     flags = _parse_flags(_train_command(_dry_train(tools, tmp_path, ROLLOUT_BATCH_SIZE="32").stdout))
     assert flags["--over-sampling-batch-size"] == ["64"]
     assert flags["--dynamic-sampling-filter-path"] == [
-        "strands_slime.filters.drop_infra_failures_and_zero_std"
+        "strands_slime.rollout.filters.drop_infra_failures_and_zero_std"
     ]
     off = _parse_flags(_train_command(_dry_train(tools, tmp_path, DYNAMIC_SAMPLING="0").stdout))
-    assert off["--dynamic-sampling-filter-path"] == ["strands_slime.filters.drop_groups_with_infra_failures"]
+    assert off["--dynamic-sampling-filter-path"] == [
+        "strands_slime.rollout.filters.drop_groups_with_infra_failures"
+    ]
     kl = _parse_flags(_train_command(_dry_train(tools, tmp_path, KL_LOSS_COEF="0.001").stdout))
     assert kl["--use-kl-loss"] == [] and kl["--kl-loss-coef"] == ["0.001"]
     assert kl["--kl-loss-type"] == ["low_var_kl"]
@@ -695,7 +697,7 @@ def test_the_filter_paths_the_script_passes_exist() -> None:
     import importlib
 
     for name in ("drop_infra_failures_and_zero_std", "drop_groups_with_infra_failures"):
-        assert callable(getattr(importlib.import_module("strands_slime.filters"), name))
+        assert callable(getattr(importlib.import_module("strands_slime.rollout.filters"), name))
 
 
 def test_wandb_key_file_must_be_private(tools: Path, tmp_path: Path) -> None:
@@ -1178,7 +1180,9 @@ def test_the_train_command_parses_with_slimes_real_parser(
     # A Megatron switch, listed permissively here: present means [] rather than True.
     assert args.calculate_per_token_loss == [] and args.use_kl_loss is False
     assert args.over_sampling_batch_size == 32 and args.rollout_batch_size == 16
-    assert args.dynamic_sampling_filter_path == "strands_slime.filters.drop_infra_failures_and_zero_std"
+    assert (
+        args.dynamic_sampling_filter_path == "strands_slime.rollout.filters.drop_infra_failures_and_zero_std"
+    )
     assert args.custom_generate_function_path == "strands_slime.generate"
     assert args.log_passrate is True and args.use_wandb is True
     # slime's own eval-config resolution, in the job's environment: the file's k, budget and sampling.

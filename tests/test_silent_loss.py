@@ -16,13 +16,13 @@ import pytest
 from aiohttp import web
 
 from strands_slime import generate
-from strands_slime.chat import get_templater
 from strands_slime.cli import RolloutOptions, slime_args
 from strands_slime.config import ConfigError
 from strands_slime.devserver import DevServer
-from strands_slime.metrics import compute_rollout_metrics
+from strands_slime.provider.chat import get_templater
+from strands_slime.rollout.metrics import compute_rollout_metrics
+from strands_slime.rollout.slime_compat import Sample
 from strands_slime.runtime import get_runtime
-from strands_slime.slime_compat import Sample
 
 SCRIPT = [{"replies": ["The answer is five.\n\nAnswer: \\boxed{5}"]}]
 PARAMS = {"max_new_tokens": 256, "no_stop_trim": True, "skip_special_tokens": False}
@@ -104,7 +104,7 @@ async def test_tokens_without_logprobs_are_masked_counted_and_logged_once(
 ) -> None:
     runner, url = await _proxy(server.url, rewrite)
     try:
-        caplog.set_level(logging.WARNING, logger="strands_slime.rollout")
+        caplog.set_level(logging.WARNING, logger="strands_slime.rollout.episode")
         samples = [await generate(make_args(url), question(), dict(PARAMS)) for _ in range(2)]
     finally:
         await runner.cleanup()
@@ -142,7 +142,7 @@ async def test_abort_event_is_the_flag_without_slime(server: DevServer) -> None:
 async def test_no_flag_at_all_is_counted_and_said_once(
     server: DevServer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="strands_slime.slime_compat")
+    caplog.set_level(logging.INFO, logger="strands_slime.rollout.slime_compat")
     samples = [await generate(make_args(server.url), question(), dict(PARAMS)) for _ in range(2)]
     assert [s.metadata["abort_detection"] for s in samples] == ["off", "off"]
     assert compute_rollout_metrics(samples)["abort_detection/off"] == 1.0
@@ -163,7 +163,7 @@ async def test_broken_slime_flag_is_a_warning_with_the_cause(
     module = types.ModuleType("slime.rollout.sglang_rollout")
     module.GenerateState = GenerateState  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "slime.rollout.sglang_rollout", module)
-    caplog.set_level(logging.WARNING, logger="strands_slime.slime_compat")
+    caplog.set_level(logging.WARNING, logger="strands_slime.rollout.slime_compat")
     samples = [await generate(make_args(server.url), question(), dict(PARAMS)) for _ in range(2)]
     assert [s.metadata["abort_detection"] for s in samples] == ["off", "off"]
     lines = [r for r in caplog.records if "abort detection is off" in r.getMessage()]
@@ -184,7 +184,7 @@ async def test_slime_flag_without_an_aborted_attribute_is_a_warning(
     module = types.ModuleType("slime.rollout.sglang_rollout")
     module.GenerateState = GenerateState  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "slime.rollout.sglang_rollout", module)
-    caplog.set_level(logging.WARNING, logger="strands_slime.slime_compat")
+    caplog.set_level(logging.WARNING, logger="strands_slime.rollout.slime_compat")
     sample = await generate(make_args(server.url), question(), dict(PARAMS))
     assert sample.metadata["abort_detection"] == "off"
     lines = [r for r in caplog.records if "abort detection is off" in r.getMessage()]

@@ -16,9 +16,9 @@ from waiting import wait_until
 from strands_slime import generate
 from strands_slime.cli import RolloutOptions, slime_args
 from strands_slime.devserver import DevServer
-from strands_slime.reward import RewardConfig, preset_reward, reward_func
-from strands_slime.rollout import EPISODE_METADATA_KEYS, reset_attempt
-from strands_slime.slime_compat import Sample
+from strands_slime.reward.dapo import RewardConfig, preset_reward, reward_func
+from strands_slime.rollout.episode import EPISODE_METADATA_KEYS, reset_attempt
+from strands_slime.rollout.slime_compat import Sample
 
 
 def b64(values: list[int]) -> str:
@@ -208,7 +208,7 @@ async def test_generate_writes_only_the_declared_metadata_keys(server: DevServer
 
 
 def test_fanout_normalization_counts_each_episode_once() -> None:
-    from strands_slime.fanout import normalize_by_group_index
+    from strands_slime.rollout.fanout import normalize_by_group_index
 
     args = type("Args", (), {"reward_key": None, "advantage_estimator": "grpo"})()
     samples = [
@@ -254,8 +254,8 @@ async def test_missing_replay_data_is_a_deployment_error(server: DevServer) -> N
 
 def test_top_p_replay_must_come_back_when_asked() -> None:
     from strands_slime.config import ConfigError
-    from strands_slime.rollout import _replay_trajectory
-    from strands_slime.trajectory import TokenTrajectory
+    from strands_slime.provider.trajectory import TokenTrajectory
+    from strands_slime.rollout.episode import _replay_trajectory
 
     trajectory = TokenTrajectory()
     trajectory.add_prompt([1, 2])

@@ -25,8 +25,8 @@ from waiting import wait_until
 
 from strands_slime.devserver import DevServer
 from strands_slime.devserver.engine import MoEShape, routed_expert_ids
-from strands_slime.slime_compat import Sample as StandIn
-from strands_slime.slime_compat import decode_int32_meta_array
+from strands_slime.rollout.slime_compat import Sample as StandIn
+from strands_slime.rollout.slime_compat import decode_int32_meta_array
 
 SCRIPT = [
     {
@@ -175,7 +175,7 @@ async def test_grpo_rollout_through_slime_to_train_data(
     # our metrics reach W&B through slime's own logging path (logging_utils.log)
     from slime.observability import logging_utils
 
-    from strands_slime.metrics import log_rollout
+    from strands_slime.rollout.metrics import log_rollout
 
     logged: list[dict[str, Any]] = []
     monkeypatch.setattr(logging_utils.wandb, "log", logged.append)
@@ -191,7 +191,7 @@ async def test_stand_in_and_slime_sample_fill_identically(make_args: Args, engin
     from slime.utils.types import Sample as SlimeSample
 
     from strands_slime import generate
-    from strands_slime.slime_compat import Sample as StandIn
+    from strands_slime.rollout.slime_compat import Sample as StandIn
 
     args = make_args(
         [("x", "34")],
@@ -409,7 +409,7 @@ def tag_sample(args: Any, sample: Any, evaluation: bool = False) -> Any:
 
 @pytest.mark.slow
 async def test_over_sampling_abort_and_partial_rollout(make_args: Args, engine: DevServer) -> None:
-    from strands_slime.resume import STATE_KEY
+    from strands_slime.rollout.resume import STATE_KEY
 
     args = make_args(
         [("PLAINQ", "5"), ("LONGQ one", "1"), ("LONGQ two", "1")],
@@ -461,7 +461,7 @@ async def test_partial_rollout_resumes_an_aborted_agent_group(
     top-p replay the resumed calls extend the kept arrays."""
     from slime.utils.types import Sample as SlimeSample
 
-    from strands_slime.resume import STATE_KEY
+    from strands_slime.rollout.resume import STATE_KEY
 
     replay_flags = ["--use-rollout-routing-replay", "--num-layers", "2", "--moe-router-topk", "2"]
     replay_flags += ["--rollout-top-p", "0.95"]
@@ -541,7 +541,7 @@ async def test_dynamic_sampling_replaces_groups_with_infra_failures(
         "--n-samples-per-prompt",
         "2",
         "--dynamic-sampling-filter-path",
-        "strands_slime.filters.drop_groups_with_infra_failures",
+        "strands_slime.rollout.filters.drop_groups_with_infra_failures",
         "--sglang-server-concurrency",
         "1",
     )
@@ -675,7 +675,7 @@ async def test_fanout_one_sample_per_context_segment(tmp_path: Path) -> None:
             "--n-samples-per-prompt",
             "2",
             "--custom-reward-post-process-path",
-            "strands_slime.fanout.normalize_by_group_index",
+            "strands_slime.rollout.fanout.normalize_by_group_index",
             custom=fanout,
         )
         from slime.utils.http_utils import init_http_client

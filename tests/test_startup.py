@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from waiting import wait_until
 
-from strands_slime import startup
-from strands_slime.client import SGLangAbortedError
+from strands_slime.provider.client import SGLangAbortedError
+from strands_slime.rollout import startup
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 BENCH = REPO_ROOT / "benchmarks" / "bench_startup.py"

@@ -20,11 +20,16 @@ from strands import Agent, tool
 from strands.agent.conversation_manager import NullConversationManager
 from strands.types.exceptions import MaxTokensReachedException
 
-from strands_slime.client import SGLangBadRequestError, SGLangClient
-from strands_slime.constraints import ConstraintError, output_model_schema, tool_call_ebnf, tool_choice_names
 from strands_slime.devserver import DevServer, scripted_output_logprobs
-from strands_slime.model import SGLangModel
-from strands_slime.trajectory import mask_runs
+from strands_slime.provider.client import SGLangBadRequestError, SGLangClient
+from strands_slime.provider.constraints import (
+    ConstraintError,
+    output_model_schema,
+    tool_call_ebnf,
+    tool_choice_names,
+)
+from strands_slime.provider.model import SGLangModel
+from strands_slime.provider.trajectory import mask_runs
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -15,9 +15,9 @@ from pydantic import BaseModel, Field
 from strands import Agent, tool
 from strands.agent.conversation_manager import NullConversationManager
 
-from strands_slime.client import SGLangBadRequestError, SGLangClient
 from strands_slime.devserver import DevServerThread, build_tiny_qwen3, full_forward_logprobs
-from strands_slime.model import SGLangModel
+from strands_slime.provider.client import SGLangBadRequestError, SGLangClient
+from strands_slime.provider.model import SGLangModel
 
 pytest.importorskip("xgrammar")
 pytestmark = pytest.mark.slow

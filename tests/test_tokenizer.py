@@ -1,4 +1,4 @@
-from strands_slime.tokenizer import bundled_qwen3_tokenizer_dir
+from strands_slime.provider.tokenizer import bundled_qwen3_tokenizer_dir
 
 
 def test_bundled_files_present():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from strands_slime.tool_parsers import (
+from strands_slime.provider.tool_parsers import (
     INVALID_TOOL_NAME,
     HermesToolParser,
     Qwen3CoderToolParser,

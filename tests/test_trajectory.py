@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from strands_slime.trajectory import TokenManager, TokenTrajectory
+from strands_slime.provider.trajectory import TokenManager, TokenTrajectory
 
 
 def build() -> TokenTrajectory:

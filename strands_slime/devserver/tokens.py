@@ -80,8 +80,8 @@ def load_devserver_tokenizer(name_or_path: str | None = None) -> Any:
 
     Directories with a ``tokenizer.json`` use :class:`RustTokenizer`; others go through transformers.
     """
+    from strands_slime.provider.tokenizer import load_tokenizer, resolve_tokenizer_path
     from strands_slime.runtime import get_runtime
-    from strands_slime.tokenizer import load_tokenizer, resolve_tokenizer_path
 
     path = Path(resolve_tokenizer_path(name_or_path))
     if not (path / "tokenizer.json").exists():

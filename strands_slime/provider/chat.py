@@ -20,9 +20,9 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from .chat_families import ChatFamily, resolve_chat_family
-from .runtime import get_runtime
-from .tool_parsers import THINK_CLOSE, THINK_OPEN
+from strands_slime.provider.chat_families import ChatFamily, resolve_chat_family
+from strands_slime.provider.tool_parsers import THINK_CLOSE, THINK_OPEN
+from strands_slime.runtime import get_runtime
 
 logger = logging.getLogger(__name__)
 
@@ -166,7 +166,7 @@ def to_template_messages(
 class ChatTemplater:
     """Renders and tokenizes prompts for one tokenizer + chat template (shared across episodes).
 
-    ``family`` (:mod:`strands_slime.chat_families`) is detected from the template and vocabulary or
+    ``family`` (:mod:`strands_slime.provider.chat_families`) is detected from the template and vocabulary or
     given as ``chat_family``; an unsupported template raises ``UnsupportedChatTemplate``.
 
     Tokenizer work on long texts runs in one worker thread per tokenizer (HF tokenizers must not be

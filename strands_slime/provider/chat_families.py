@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .deepseek_v32 import ASSISTANT, BOS, EOS, USER, render_deepseek_v32
+from strands_slime.provider.deepseek_v32 import ASSISTANT, BOS, EOS, USER, render_deepseek_v32
 
 
 class UnsupportedChatTemplate(ValueError):
@@ -91,7 +91,7 @@ MINIMAX_M2 = ChatFamily(
 )
 DEEPSEEK_V32 = ChatFamily(
     name="deepseek_v32",
-    models="DeepSeek V3.2 (no Jinja template; rendered by strands_slime.deepseek_v32)",
+    models="DeepSeek V3.2 (no Jinja template; rendered by strands_slime.provider.deepseek_v32)",
     tool_parser="deepseek_v32",
     stop_tokens=(EOS,),
     turn_end=EOS,

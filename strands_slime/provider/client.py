@@ -38,7 +38,7 @@ try:  # SGLang itself depends on orjson, so slime's image has it; the stdlib is 
 except ImportError:  # pragma: no cover - depends on the environment
     orjson = None  # type: ignore[assignment]
 
-from .client_errors import (
+from strands_slime.provider.client_errors import (
     BODY_EXCERPT_CHARS,
     RETRYABLE_STATUSES,
     SGLangAbortedError,

@@ -1,7 +1,7 @@
-"""Errors raised by :class:`~strands_slime.client.SGLangClient`, and how an HTTP reply maps to one.
+"""Errors raised by :class:`~strands_slime.provider.client.SGLangClient`, and how an HTTP reply maps to one.
 
 A leaf module (nothing of the package imported), so code that only catches these errors does not pull in
-aiohttp. ``strands_slime.client`` re-exports every name.
+aiohttp. ``strands_slime.provider.client`` re-exports every name.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ _CONTEXT_ERROR_MARKERS = ("exceed", "longer than", "context length", "too long",
 
 
 class SGLangClientError(Exception):
-    """Base class of every error raised by :class:`~strands_slime.client.SGLangClient`."""
+    """Base class of every error raised by :class:`~strands_slime.provider.client.SGLangClient`."""
 
     retryable: bool = False
 

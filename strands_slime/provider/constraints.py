@@ -19,7 +19,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from .tool_parsers import THINK_CLOSE, THINK_OPEN
+from strands_slime.provider.tool_parsers import THINK_CLOSE, THINK_OPEN
 
 ReasoningMode = Literal["none", "open", "optional"]
 """``open``: the prompt already opened ``<think>``; ``optional``: the model may open one itself."""

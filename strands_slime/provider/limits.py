@@ -17,7 +17,7 @@ from strands.hooks import (
     MessageAddedEvent,
 )
 
-from .errors import ModelCallLimitReached, ToolLimitReached
+from strands_slime.errors import ModelCallLimitReached, ToolLimitReached
 
 DEFAULT_MAX_MODEL_CALLS = 64
 """The one default cap on model calls per episode (the limiter's and the rollout config's).

@@ -31,15 +31,26 @@ from strands.types.exceptions import (
 from strands.types.streaming import StreamEvent
 from strands.types.tools import ToolChoice, ToolSpec
 
-from .chat import ChatTemplater, get_templater, to_template_messages, tool_specs_to_template_tools
-from .client import GenerateResponse, SGLangClient, run_abortable
-from .client_errors import (
+from strands_slime.errors import (
+    ContextLimitExceeded,
+    GenerationAborted,
+    ResponseBudgetExhausted,
+    TrajectoryDesyncError,
+)
+from strands_slime.provider.chat import (
+    ChatTemplater,
+    get_templater,
+    to_template_messages,
+    tool_specs_to_template_tools,
+)
+from strands_slime.provider.client import GenerateResponse, SGLangClient, run_abortable
+from strands_slime.provider.client_errors import (
     SGLangAbortedError,
     SGLangClientError,
     SGLangContextLengthError,
     SGLangThrottledError,
 )
-from .constraints import (
+from strands_slime.provider.constraints import (
     ReasoningMode,
     json_output_ebnf,
     merge_constraint,
@@ -47,9 +58,15 @@ from .constraints import (
     tool_call_ebnf,
     tool_choice_names,
 )
-from .errors import ContextLimitExceeded, GenerationAborted, ResponseBudgetExhausted, TrajectoryDesyncError
-from .tool_parsers import THINK_CLOSE, THINK_OPEN, ParsedOutput, ToolParser, get_tool_parser, parse_output
-from .trajectory import TokenTrajectory
+from strands_slime.provider.tool_parsers import (
+    THINK_CLOSE,
+    THINK_OPEN,
+    ParsedOutput,
+    ToolParser,
+    get_tool_parser,
+    parse_output,
+)
+from strands_slime.provider.trajectory import TokenTrajectory
 
 try:  # Strands >= 1.62: middleware around each model call
     from strands.middleware import InvokeModelContext, InvokeModelStage
@@ -199,7 +216,7 @@ class SGLangModel(Model):
         if tokenizer is None:
             raise ValueError("SGLangModel needs tokenizer= (a Hugging Face tokenizer or a path to one)")
         if isinstance(tokenizer, str):
-            from .tokenizer import load_tokenizer
+            from strands_slime.provider.tokenizer import load_tokenizer
 
             tokenizer = load_tokenizer(tokenizer)
         if (client is None) == (base_url is None):
@@ -284,7 +301,7 @@ class SGLangModel(Model):
         counters, tool-call bookkeeping and where each output sits in the agent's history (with each
         turn's chat-template view only when ``with_transcript``: :meth:`transcript` needs it, nothing
         else does). The trajectory's structure comes from ``trajectory.layout()``; see
-        :mod:`strands_slime.resume`."""
+        :mod:`strands_slime.rollout.resume`."""
         return {
             "stats": dataclasses.asdict(self.stats),
             "outputs": [

@@ -13,8 +13,8 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from .chat import ChatTemplater, to_template_messages, tool_specs_to_template_tools
-from .tool_parsers import ParsedOutput, get_tool_parser, parse_output
+from strands_slime.provider.chat import ChatTemplater, to_template_messages, tool_specs_to_template_tools
+from strands_slime.provider.tool_parsers import ParsedOutput, get_tool_parser, parse_output
 
 CHECK_TOOL_SPECS = [
     {

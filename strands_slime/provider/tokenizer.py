@@ -11,7 +11,7 @@ import importlib.util
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .runtime import get_runtime
+from strands_slime.runtime import get_runtime
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase

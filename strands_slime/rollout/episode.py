@@ -29,27 +29,27 @@ from strands.agent.conversation_manager import (
 )
 from strands.types.exceptions import MaxTokensReachedException
 
-from . import resume, slime_compat, startup
-from .chat import get_templater
-from .chat_families import UnsupportedChatTemplate
-from .client import SGLangClient
-from .client_errors import SGLangAbortedError, SGLangClientError
-from .config import ConfigError, RolloutConfig, get_rollout_config
-from .episode_metadata import (
+from strands_slime.config import ConfigError, RolloutConfig, get_rollout_config
+from strands_slime.errors import EpisodeEnded, GenerationAborted, find_episode_end
+from strands_slime.provider.chat import get_templater
+from strands_slime.provider.chat_families import UnsupportedChatTemplate
+from strands_slime.provider.client import SGLangClient
+from strands_slime.provider.client_errors import SGLangAbortedError, SGLangClientError
+from strands_slime.provider.limits import ToolLimiter
+from strands_slime.provider.model import SGLangModel
+from strands_slime.provider.tokenizer import load_tokenizer
+from strands_slime.provider.trajectory import TokenTrajectory
+from strands_slime.reward.dapo import preset_reward
+from strands_slime.rollout import resume, slime_compat, startup
+from strands_slime.rollout.episode_metadata import (
     EPISODE_METADATA_KEYS,
     RESTARTS_KEY,
     RESUMES_KEY,
     EpisodeMetadata,
     write_keys,
 )
-from .errors import EpisodeEnded, GenerationAborted, find_episode_end
-from .executor import WorkerDied, get_executor, running_executor
-from .limits import ToolLimiter
-from .model import SGLangModel
-from .reward import preset_reward
-from .runtime import get_runtime
-from .tokenizer import load_tokenizer
-from .trajectory import TokenTrajectory
+from strands_slime.rollout.executor import WorkerDied, get_executor, running_executor
+from strands_slime.runtime import get_runtime
 
 logger = logging.getLogger(__name__)
 
@@ -225,7 +225,7 @@ SAMPLE_RESULT_FIELDS: tuple[str, ...] = (
     "rollout_id",
 )
 """Every Sample attribute ``generate`` writes: what a worker process of the episode executor
-(:mod:`strands_slime.executor`) ships back onto slime's own sample."""
+(:mod:`strands_slime.rollout.executor`) ships back onto slime's own sample."""
 
 
 def reset_attempt(sample: Any) -> None:
@@ -343,7 +343,7 @@ async def _warm_up(args: Any, config: RolloutConfig) -> Any:
     so none of them waits on it mid-set-up and then resumes together with hundreds of others."""
     tokenizer = await get_tokenizer(args, config)
     if "execute_python_code" in config.tools:
-        from .sandbox import get_shared_sandbox
+        from strands_slime.sandbox import get_shared_sandbox
 
         await get_shared_sandbox(config.sandbox).start()
     with contextlib.suppress(SGLangClientError):  # the model asks again and logs it
@@ -366,7 +366,7 @@ async def warm_up(args: Any, config: RolloutConfig, abort_check: Any) -> Any:
 async def _build_tools(config: RolloutConfig, abort_check: Any) -> tuple[list[Any], Any]:
     if "execute_python_code" not in config.tools:
         return [], None
-    from .sandbox import ToolStats, create_python_tool, get_shared_sandbox
+    from strands_slime.sandbox import ToolStats, create_python_tool, get_shared_sandbox
 
     sandbox = get_shared_sandbox(config.sandbox)
     await sandbox.start()  # no-op once running; keeps the zygote's start-up out of the episode's tool time
@@ -787,7 +787,7 @@ async def generate(
     job must stop before spending GPU time. Anything else becomes a well-formed sample.
 
     With ``executor: {workers: N}`` in the rollout config the episode runs in one of N worker
-    processes (:mod:`strands_slime.executor`) and its result is written back onto ``sample``."""
+    processes (:mod:`strands_slime.rollout.executor`) and its result is written back onto ``sample``."""
     try:
         config = get_rollout_config(args)
         if config.executor.workers is not None:
@@ -801,7 +801,7 @@ async def generate(
 async def _generate_in_workers(
     args: Any, sample: Any, sampling_params: Any, evaluation: bool, config: RolloutConfig
 ) -> Any:
-    """``generate`` through the episode executor (:mod:`strands_slime.executor`): the same result as
+    """``generate`` through the episode executor (:mod:`strands_slime.rollout.executor`): the same result as
     in-process, written onto ``sample``.
 
     Raises :class:`ConfigError` as ``generate`` does; a worker that dies mid-episode gives a FAILED,

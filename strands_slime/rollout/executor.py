@@ -8,7 +8,7 @@ HTTP client and one sandbox each) and writes the result back onto slime's own ``
 * **What crosses.** Parent to worker, once per worker: the few ``args`` fields our code reads
   (:data:`ARGS_FIELDS`) and the resolved :class:`~strands_slime.config.RolloutConfig`. Per episode:
   the sample's input fields (:data:`SAMPLE_INPUT_FIELDS`), the sampling parameters and ``evaluation``.
-  Back: the fields ``generate`` writes (:data:`strands_slime.rollout.SAMPLE_RESULT_FIELDS`, plus
+  Back: the fields ``generate`` writes (:data:`strands_slime.rollout.episode.SAMPLE_RESULT_FIELDS`, plus
   slime's trace carrier when one is bound). Never a tokenizer, a client or a whole ``Sample``.
 * **Wire.** Each message is an 8-byte length and a pickle (protocol 5) of a tuple; parent to worker
   on the worker's stdin, worker to parent on its stdout (the worker points its fd 1 at stderr first,
@@ -19,7 +19,7 @@ HTTP client and one sandbox each) and writes the result back onto slime's own ``
   change is sent to every worker at once. A thread in the worker reads control messages and sets
   the worker's flag without waiting for the worker's event loop, so the worker's own abort checks
   (before every request, polled while one waits) see it within milliseconds.
-* **Lifetime.** Workers (:mod:`strands_slime.executor_worker`) start on the first ``generate`` call, all at once, off the event loop (a
+* **Lifetime.** Workers (:mod:`strands_slime.rollout.executor_worker`) start on the first ``generate`` call, all at once, off the event loop (a
   subprocess each, awaited), warm up (tokenizer, chat template, sandbox, server context length) and
   are reused for every later episode. They die with the parent: ``PR_SET_PDEATHSIG`` and the end of
   their stdin both end them. The runtime (:func:`strands_slime.runtime.get_runtime`) holds every
@@ -50,11 +50,11 @@ import weakref
 from pathlib import Path
 from typing import Any
 
-from . import slime_compat, startup
-from .client import run_abortable
-from .config import ConfigError, RolloutConfig
-from .episode_metadata import write_keys
-from .runtime import get_runtime
+from strands_slime.config import ConfigError, RolloutConfig
+from strands_slime.provider.client import run_abortable
+from strands_slime.rollout import slime_compat, startup
+from strands_slime.rollout.episode_metadata import write_keys
+from strands_slime.runtime import get_runtime
 
 logger = logging.getLogger(__name__)
 
@@ -130,7 +130,7 @@ _WORKER_EXIT_GRACE_S = 5.0
 _KILL_WAIT_S = 5.0
 """How long :meth:`EpisodeExecutor.kill` waits for the killed workers to exit."""
 _MAX_RESTART_DELAY_S = 30.0
-_PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the directory holding strands_slime/
 
 
 def _frame(message: Any) -> bytes:
@@ -292,7 +292,7 @@ class EpisodeExecutor:
         process = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "strands_slime.executor_worker",
+            "strands_slime.rollout.executor_worker",
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             env=env,

@@ -1,5 +1,5 @@
-"""An episode executor's worker process: ``python -m strands_slime.executor_worker`` (started by
-:class:`strands_slime.executor.EpisodeExecutor`, never by hand).
+"""An episode executor's worker process: ``python -m strands_slime.rollout.executor_worker`` (started by
+:class:`strands_slime.rollout.executor.EpisodeExecutor`, never by hand).
 
 One event loop runs the episodes the parent sends through ``rollout``'s own in-process path and
 sends back the fields ``generate`` wrote; a control thread reads the pipe, so an abort sets the
@@ -21,9 +21,10 @@ import time
 from types import SimpleNamespace
 from typing import Any
 
-from . import rollout, slime_compat
-from .config import ConfigError
-from .executor import (
+from strands_slime.config import ConfigError
+from strands_slime.rollout import episode as rollout
+from strands_slime.rollout import slime_compat
+from strands_slime.rollout.executor import (
     _HEADER,
     _PICKLE_PROTOCOL,
     OPTIONAL_SAMPLE_ATTRIBUTES,
@@ -37,7 +38,7 @@ logger = logging.getLogger(__name__)
 
 def pack_result(sample: Any) -> dict[str, Any]:
     """The fields ``generate`` wrote on ``sample`` (a worker's), in plain picklable form; long number
-    lists travel as arrays (:func:`~strands_slime.executor.apply_result` turns them back into lists)."""
+    lists travel as arrays (:func:`~strands_slime.rollout.executor.apply_result` turns them back into lists)."""
     return pack_fields(sample, (*rollout.SAMPLE_RESULT_FIELDS, *OPTIONAL_SAMPLE_ATTRIBUTES))
 
 
@@ -176,7 +177,7 @@ class _WorkerServer:
 
 
 def worker_main() -> int:
-    """Entry point of a worker process (``python -m strands_slime.executor``, started by the parent)."""
+    """Entry point of a worker process (``python -m strands_slime.rollout.executor``, started by the parent)."""
     fd_in, fd_out = os.dup(0), os.dup(1)
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)

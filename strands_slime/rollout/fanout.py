@@ -4,7 +4,7 @@ With ``fanout.enabled`` generate returns one sample per context segment, all sha
 and the episode's reward. slime's default reward post-processing reshapes rewards by
 ``n_samples_per_prompt``, which uneven fan-out breaks (it then normalizes over the whole batch), and
 would count an episode once per segment. ``--custom-reward-post-process-path
-strands_slime.fanout.normalize_by_group_index`` groups by ``group_index`` (the prompt) and counts each
+strands_slime.rollout.fanout.normalize_by_group_index`` groups by ``group_index`` (the prompt) and counts each
 episode once, then gives every segment its episode's advantage.
 """
 

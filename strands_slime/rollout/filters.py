@@ -22,8 +22,8 @@ import statistics
 from collections.abc import Iterable
 from typing import Any
 
-from .episode_metadata import EpisodeMetadata
-from .slime_compat import status_name
+from strands_slime.rollout.episode_metadata import EpisodeMetadata
+from strands_slime.rollout.slime_compat import status_name
 
 # slime's check_reward_nonzero_std threshold.
 _MIN_REWARD_STD = 1e-6

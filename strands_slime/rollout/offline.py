@@ -27,7 +27,7 @@ from types import SimpleNamespace
 from typing import Any, TextIO
 from urllib.parse import urlparse
 
-from .episode_metadata import EpisodeMetadata
+from strands_slime.rollout.episode_metadata import EpisodeMetadata
 
 DEMO_DATA = "demo_problems.jsonl"
 DEMO_SCRIPT = "demo_script.json"
@@ -239,7 +239,7 @@ async def _server(options: RolloutOptions) -> AsyncIterator[str]:
     if options.base_url:
         yield options.base_url
         return
-    from .devserver import DevServer
+    from strands_slime.devserver import DevServer
 
     kwargs: dict[str, Any] = {"backend": options.backend, "tokenizer": options.tokenizer}
     if options.backend == "scripted":
@@ -259,7 +259,7 @@ async def _server(options: RolloutOptions) -> AsyncIterator[str]:
 
 async def _resolve_tokenizer(options: RolloutOptions, model_info: dict[str, Any]) -> str:
     """``--tokenizer``, else what the server reports, else the bundled Qwen3; loaded once to fail early."""
-    from .tokenizer import load_tokenizer, resolve_tokenizer_path
+    from strands_slime.provider.tokenizer import load_tokenizer, resolve_tokenizer_path
 
     name = options.tokenizer
     source = "--tokenizer"
@@ -429,11 +429,11 @@ async def run_rollout(options: RolloutOptions) -> dict[str, Any]:
     """
     from tqdm.auto import tqdm
 
-    from . import config as config_module
-    from .executor import shutdown_executors
-    from .reward import reward_func
-    from .rollout import generate
-    from .slime_compat import sample_class, status_name
+    from strands_slime import config as config_module
+    from strands_slime.reward.dapo import reward_func
+    from strands_slime.rollout.episode import generate
+    from strands_slime.rollout.executor import shutdown_executors
+    from strands_slime.rollout.slime_compat import sample_class, status_name
 
     options.validate()
     samples_path = options.out / "samples.jsonl"
@@ -565,9 +565,9 @@ def build_summary(
         config: the rollout config (a pydantic model; dumped as JSON).
         tokenizer: the tokenizer path used.
     """
-    from .eval_metrics import record_from_sample, summarize
-    from .metrics import compute_rollout_metrics
-    from .slime_compat import Sample
+    from strands_slime.reward.eval_metrics import record_from_sample, summarize
+    from strands_slime.rollout.metrics import compute_rollout_metrics
+    from strands_slime.rollout.slime_compat import Sample
 
     samples = [Sample.from_dict(record) for record in records]
     eval_records = [record_from_sample(s) for s in samples]

@@ -31,9 +31,9 @@ from strands.hooks import AfterToolCallEvent, BeforeToolCallEvent, HookProvider,
 from strands.tools.tools import PythonAgentTool
 from strands.types.tools import ToolResult, ToolUse
 
-from . import slime_compat
-from .limits import ToolLimiter
-from .trajectory import TokenTrajectory
+from strands_slime.provider.limits import ToolLimiter
+from strands_slime.provider.trajectory import TokenTrajectory
+from strands_slime.rollout import slime_compat
 
 logger = logging.getLogger(__name__)
 

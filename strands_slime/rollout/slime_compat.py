@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from .runtime import get_runtime
+from strands_slime.runtime import get_runtime
 
 logger = logging.getLogger(__name__)
 
@@ -573,7 +573,7 @@ def _slime_tracing() -> tuple[type, Any, Any] | None:
 
 
 def request_trace(sample: Any) -> Callable[[Mapping[str, Any]], Any] | None:
-    """A ``request_trace`` for :class:`~strands_slime.model.SGLangModel` recording each ``/generate``
+    """A ``request_trace`` for :class:`~strands_slime.provider.model.SGLangModel` recording each ``/generate``
     call as slime's own generate does (a ``sglang_generate`` span on the sample, which slime's
     ``perf/request/*`` metrics read); None without slime or for a stand-in sample."""
     tracing = _slime_tracing()

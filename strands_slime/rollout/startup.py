@@ -23,8 +23,8 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Any, TypeVar
 
-from .client import run_abortable
-from .runtime import get_runtime
+from strands_slime.provider.client import run_abortable
+from strands_slime.runtime import get_runtime
 
 T = TypeVar("T")
 

@@ -24,7 +24,7 @@ from typing import Any
 from strands.tools.tools import PythonAgentTool
 from strands.types.tools import AgentTool, ToolResult, ToolSpec, ToolUse
 
-from strands_slime.client import SGLangAbortedError, run_abortable
+from strands_slime.provider.client import SGLangAbortedError, run_abortable
 from strands_slime.sandbox.base import importable_modules
 from strands_slime.sandbox.core import Sandbox
 from strands_slime.sandbox.result import ExecutionResult, ResultKind

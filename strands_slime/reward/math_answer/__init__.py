@@ -7,20 +7,20 @@ Three parts, along the way an answer is scored:
 * :mod:`.judge` — reading ``Answer: ...`` / ``\\boxed{...}`` from the final text and the verdict
   (string, then number, then math-verify).
 
-Every public name is importable from ``strands_slime.math_answer``.
+Every public name is importable from ``strands_slime.reward.math_answer``.
 """
 
 from __future__ import annotations
 
-from strands_slime.math_answer.judge import (
+from strands_slime.reward.math_answer.judge import (
     AnswerCheck,
     check_answer,
     check_answer_async,
     extract_answer_line,
     extract_last_boxed,
 )
-from strands_slime.math_answer.normalize import normalize_final_answer, normalize_label, parse_number
-from strands_slime.math_answer.verify import (
+from strands_slime.reward.math_answer.normalize import normalize_final_answer, normalize_label, parse_number
+from strands_slime.reward.math_answer.verify import (
     MathVerifier,
     VerifyOutcome,
     get_math_verifier,

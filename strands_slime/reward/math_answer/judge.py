@@ -15,13 +15,13 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Literal
 
-from strands_slime.math_answer.normalize import (
+from strands_slime.reward.math_answer.normalize import (
     clean_answer,
     normalize_final_answer,
     normalize_label,
     parse_number,
 )
-from strands_slime.math_answer.verify import MathVerifier, VerifyOutcome
+from strands_slime.reward.math_answer.verify import MathVerifier, VerifyOutcome
 
 __all__ = ["AnswerCheck", "check_answer", "check_answer_async", "extract_answer_line", "extract_last_boxed"]
 

@@ -2,7 +2,7 @@
 
 math-verify's own timeouts use ``signal.alarm``, which only works on a main thread, and sympy can hang
 on inputs like ``10^{10^{10}}``; so each check runs in a warm child process
-(``python -m strands_slime.math_answer --worker``, JSON lines over pipes) that is killed past its
+(``python -m strands_slime.reward.math_answer --worker``, JSON lines over pipes) that is killed past its
 deadline. The shared verifiers are kept by the runtime (:mod:`strands_slime.runtime`), which stops
 their workers on reset, close and interpreter exit.
 """
@@ -55,14 +55,14 @@ def _as_latex(text: str) -> str:
 
 
 class _WorkerProcess:
-    """One ``python -m strands_slime.math_answer --worker`` child speaking JSON lines."""
+    """One ``python -m strands_slime.reward.math_answer --worker`` child speaking JSON lines."""
 
     def __init__(self) -> None:
-        package_root = str(Path(__file__).resolve().parents[2])  # the directory holding strands_slime/
+        package_root = str(Path(__file__).resolve().parents[3])  # the directory holding strands_slime/
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "strands_slime.math_answer", "--worker"],
+            [sys.executable, "-m", "strands_slime.reward.math_answer", "--worker"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
