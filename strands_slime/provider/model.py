@@ -144,6 +144,7 @@ class ModelStats:
 
     @property
     def last_finish_reason(self) -> str | None:
+        """The finish reason of the latest model call, or None before the first call."""
         return self.finish_reasons[-1] if self.finish_reasons else None
 
 
@@ -419,10 +420,12 @@ class SGLangModel(Model):
             )
 
     def get_config(self) -> SGLangConfig:
+        """The provider's configuration (Strands ``Model`` API)."""
         return self.config  # type: ignore[return-value]
 
     @property
     def sampling_params(self) -> dict[str, Any]:
+        """The sampling parameters sent with every ``/generate`` request."""
         return self.config["sampling_params"]
 
     async def structured_output(  # type: ignore[override]

@@ -34,6 +34,7 @@ class ToolCall:
 
     @property
     def ok(self) -> bool:
+        """Whether the call parsed (no error to hand back to the model)."""
         return self.error is None
 
 
@@ -48,6 +49,7 @@ class ParsedOutput:
 
     @property
     def parse_errors(self) -> int:
+        """How many of this turn's tool calls failed to parse."""
         return sum(1 for call in self.tool_calls if call.error is not None)
 
 
@@ -213,6 +215,7 @@ class ToolParser:
         return [self.parse_block(body, schemas)]
 
     def parse_block(self, body: str, schemas: dict[str, dict[str, Any]] | None) -> ToolCall:
+        """Parse the body of one tool-call block into a call, or a call carrying the parse error."""
         raise NotImplementedError
 
 
@@ -223,6 +226,7 @@ class HermesToolParser(ToolParser):
     expected_format = '<tool_call>\n{"name": <tool name>, "arguments": {<argument>: <value>}}\n</tool_call>'
 
     def parse_block(self, body: str, schemas: dict[str, dict[str, Any]] | None) -> ToolCall:
+        """Parse the body of one tool-call block into a call, or a call carrying the parse error."""
         raw = body.strip()
         try:
             payload = json.loads(raw)
@@ -259,6 +263,7 @@ class Qwen3CoderToolParser(ToolParser):
     )
 
     def parse_block(self, body: str, schemas: dict[str, dict[str, Any]] | None) -> ToolCall:
+        """Parse the body of one tool-call block into a call, or a call carrying the parse error."""
         raw = body.strip()
         match = _FUNCTION_RE.search(raw)
         if match is None:
@@ -355,6 +360,7 @@ class GLM4ToolParser(ToolParser):
     expected_format = "<tool_call>NAME<arg_key>ARGUMENT</arg_key><arg_value>value</arg_value></tool_call>"
 
     def parse_block(self, body: str, schemas: dict[str, dict[str, Any]] | None) -> ToolCall:
+        """Parse the body of one tool-call block into a call, or a call carrying the parse error."""
         raw = body.strip()
         head, _, _ = raw.partition("<arg_key>")
         name = head.strip()
@@ -390,6 +396,7 @@ class MiniMaxM2ToolParser(ToolParser):
     )
 
     def parse_section(self, body: str, schemas: dict[str, dict[str, Any]] | None) -> list[ToolCall]:
+        """Parse one tool-call section into its calls; a malformed call carries its parse error."""
         calls = []
         for invoke in _INVOKE_RE.finditer(body):
             pairs = [(m.group(1), m.group(2)) for m in _MINIMAX_PARAMETER_RE.finditer(invoke.group(2))]
@@ -422,6 +429,7 @@ class KimiK2ToolParser(ToolParser):
     )
 
     def parse_section(self, body: str, schemas: dict[str, dict[str, Any]] | None) -> list[ToolCall]:
+        """Parse one tool-call section into its calls; a malformed call carries its parse error."""
         calls = []
         for match in _KIMI_CALL_RE.finditer(body):
             call_id = match.group(1).strip()
@@ -481,6 +489,7 @@ class DeepSeekV32ToolParser(ToolParser):
     )
 
     def parse_section(self, body: str, schemas: dict[str, dict[str, Any]] | None) -> list[ToolCall]:
+        """Parse one tool-call section into its calls; a malformed call carries its parse error."""
         calls = []
         for invoke in _DSML_INVOKE_RE.finditer(body):
             calls.append(self._invoke(invoke.group(1).strip(), invoke.group(2), invoke.group(0), schemas))
@@ -539,6 +548,7 @@ class DeepSeekV3ToolParser(ToolParser):
     )
 
     def parse_section(self, body: str, schemas: dict[str, dict[str, Any]] | None) -> list[ToolCall]:
+        """Parse one tool-call section into its calls; a malformed call carries its parse error."""
         calls = []
         for match in _DEEPSEEK_V3_CALL_RE.finditer(body):
             name, arguments = match.group(1).strip(), match.group(2)
@@ -587,6 +597,7 @@ def get_tool_parser(name: str | ToolParser | None = None) -> ToolParser:
 
 
 def available_tool_parsers() -> list[str]:
+    """The names accepted by ``tool_parser`` in the provider config."""
     return sorted(_REGISTRY)
 
 

@@ -102,21 +102,25 @@ class SpecInfo:
 
     @property
     def spec_accept_rate(self) -> float:
+        """Accepted draft tokens per draft token (slime's ``SpecInfo``); 0 without speculation."""
         return (
             self.spec_accept_token_num / self.spec_draft_token_num if self.spec_draft_token_num > 0 else 0.0
         )
 
     @property
     def spec_accept_length(self) -> float:
+        """Completion tokens per verify step (slime's ``SpecInfo``); 0 without speculation."""
         return self.completion_token_num / self.spec_verify_ct if self.spec_verify_ct > 0 else 0.0
 
     def add(self, meta_info: Mapping[str, Any]) -> None:
+        """Add one ``/generate`` reply's ``meta_info`` counters, as slime's own generate does."""
         self.spec_accept_token_num += meta_info.get("spec_accept_token_num", 0)
         self.spec_draft_token_num += meta_info.get("spec_draft_token_num", 0)
         self.spec_verify_ct += meta_info.get("spec_verify_ct", 0)
         self.completion_token_num += meta_info.get("completion_tokens", 0)
 
     def to_dict(self) -> dict[str, int]:
+        """The fields as slime serialises them."""
         return {
             "spec_accept_token_num": self.spec_accept_token_num,
             "spec_draft_token_num": self.spec_draft_token_num,
@@ -126,6 +130,7 @@ class SpecInfo:
 
     @staticmethod
     def from_dict(data: Mapping[str, Any]) -> SpecInfo:
+        """Rebuild from ``to_dict``'s output (missing counters read as 0)."""
         return SpecInfo(**{key: data.get(key, 0) for key in SpecInfo.__dataclass_fields__})
 
 
@@ -138,17 +143,21 @@ class PrefixCacheInfo:
 
     @property
     def prefix_cache_hit_rate(self) -> float:
+        """Cached prompt tokens per prompt token; 0 before the first request."""
         return self.cached_tokens / self.total_prompt_tokens if self.total_prompt_tokens > 0 else 0.0
 
     def add(self, meta_info: Mapping[str, Any]) -> None:
+        """Add one ``/generate`` reply's ``meta_info`` counters, as slime's own generate does."""
         self.cached_tokens += meta_info.get("cached_tokens", 0)
         self.total_prompt_tokens += meta_info.get("prompt_tokens", 0)
 
     def to_dict(self) -> dict[str, int]:
+        """The fields as slime serialises them."""
         return {"cached_tokens": self.cached_tokens, "total_prompt_tokens": self.total_prompt_tokens}
 
     @staticmethod
     def from_dict(data: Mapping[str, Any]) -> PrefixCacheInfo:
+        """Rebuild from ``to_dict``'s output (missing counters read as 0)."""
         return PrefixCacheInfo(data.get("cached_tokens", 0), data.get("total_prompt_tokens", 0))
 
 
@@ -199,6 +208,7 @@ class Sample:
     prefix_cache_info: PrefixCacheInfo = field(default_factory=PrefixCacheInfo)
 
     def to_dict(self) -> dict[str, Any]:
+        """The fields as slime serialises them."""
         value = self.__dict__.copy()
         value["status"] = self.status.value
         value["spec_info"] = self.spec_info.to_dict()
@@ -207,6 +217,7 @@ class Sample:
 
     @staticmethod
     def from_dict(data: dict[str, Any]) -> Sample:
+        """Rebuild from ``to_dict``'s output (missing counters read as 0)."""
         data = dict(data)
         data["status"] = Sample.Status(data.get("status", "pending"))
         data["spec_info"] = SpecInfo.from_dict(data.get("spec_info") or {})
@@ -219,11 +230,13 @@ class Sample:
         return sample
 
     def get_reward_value(self, args: Any) -> Any:
+        """The reward, or ``reward[args.reward_key]`` when slime's ``--reward-key`` is set (as slime's ``Sample``)."""
         key = getattr(args, "reward_key", None)
         return self.reward[key] if key and isinstance(self.reward, dict) else self.reward
 
     @property
     def effective_response_length(self) -> int:
+        """Tokens that train (the loss mask's sum), as slime's ``Sample`` counts them."""
         return sum(self.loss_mask) if self.loss_mask is not None else self.response_length
 
     def append_response_tokens(
@@ -415,6 +428,7 @@ def status(sample: Any, name: str) -> Any:
 
 
 def status_name(sample: Any) -> str:
+    """A sample's status as a plain name (``completed``, ``aborted``, ...), for slime's or our ``Sample``."""
     value = getattr(sample, "status", None)
     return str(getattr(value, "value", value) or "pending")
 
