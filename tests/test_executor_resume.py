@@ -64,8 +64,8 @@ shared_loop = pytest.mark.asyncio(loop_scope="module")
 def test_resume_fields_are_every_result_field_that_is_not_an_input() -> None:
     """A resumed sample reaches the worker with everything the in-process path would find on it."""
     inputs = set(executor.SAMPLE_INPUT_FIELDS)
-    assert set(executor.RESUME_FIELDS) == set(rollout.SAMPLE_RESULT_FIELDS) - inputs
-    assert not set(executor.RESUME_FIELDS) & inputs
+    assert set(rollout.RESUME_FIELDS) == set(rollout.SAMPLE_RESULT_FIELDS) - inputs
+    assert not set(rollout.RESUME_FIELDS) & inputs
 
 
 def test_kept_fields_travel_as_arrays_and_come_back_equal() -> None:
@@ -74,7 +74,7 @@ def test_kept_fields_travel_as_arrays_and_come_back_equal() -> None:
     sample.rollout_log_probs = [-0.25] * 2000
     sample.weight_versions = ["v1"]
     sample.status = Sample.Status.ABORTED
-    packed = executor.pack_fields(sample, executor.RESUME_FIELDS)
+    packed = executor.pack_fields(sample, rollout.RESUME_FIELDS)
     assert "metadata" not in packed and "prompt" not in packed, "inputs travel once"
     for name in ("tokens", "loss_mask", "rollout_log_probs"):  # one block of bytes, not an object per item
         assert type(packed[name]) is array.array, name

@@ -48,7 +48,7 @@ from strands_slime.rollout.episode_metadata import (
     EpisodeMetadata,
     write_keys,
 )
-from strands_slime.rollout.executor import WorkerDied, get_executor, running_executor
+from strands_slime.rollout.executor import SAMPLE_INPUT_FIELDS, WorkerDied, get_executor, running_executor
 from strands_slime.runtime import get_runtime
 
 logger = logging.getLogger(__name__)
@@ -226,6 +226,13 @@ SAMPLE_RESULT_FIELDS: tuple[str, ...] = (
 )
 """Every Sample attribute ``generate`` writes: what a worker process of the episode executor
 (:mod:`strands_slime.rollout.executor`) ships back onto slime's own sample."""
+
+RESUME_FIELDS: tuple[str, ...] = tuple(
+    name for name in SAMPLE_RESULT_FIELDS if name not in SAMPLE_INPUT_FIELDS
+)
+"""What the episode executor also ships of an ABORTED sample that resumes (``--partial-rollout``): the
+kept part of its response, as the in-process path finds it on the sample (``metadata``, an input,
+carries the saved state)."""
 
 
 def reset_attempt(sample: Any) -> None:
@@ -817,7 +824,8 @@ async def _generate_in_workers(
     want_top_p = _wants_top_p(args, sampling_params, evaluation)
     try:
         executor = running_executor(args, config) or await get_executor(args, config, flag.check)
-        segments = await executor.run(args, sample, sampling_params, evaluation, flag.check, resuming)
+        kept_fields = RESUME_FIELDS if resuming else ()
+        segments = await executor.run(args, sample, sampling_params, evaluation, flag.check, kept_fields)
         result = segments if _fans_out(config, evaluation) else sample
     except SGLangAbortedError:  # slime aborted while the workers started or were replaced
         if resuming:  # the episode never went on: the sample keeps its saved part, as in-process

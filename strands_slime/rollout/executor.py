@@ -96,28 +96,6 @@ SAMPLE_INPUT_FIELDS: tuple[str, ...] = (
 )
 """What a worker needs of the sample to run its episode (after the attempt was reset here)."""
 
-RESUME_FIELDS: tuple[str, ...] = (
-    "tokens",
-    "response",
-    "response_length",
-    "loss_mask",
-    "rollout_log_probs",
-    "rollout_top_p_token_ids",
-    "rollout_top_p_token_offsets",
-    "rollout_routed_experts",
-    "teacher_log_probs",
-    "reward",
-    "remove_sample",
-    "non_generation_time",
-    "weight_versions",
-    "spec_info",
-    "prefix_cache_info",
-    "status",
-)
-"""What a worker also needs of an ABORTED sample that resumes (``--partial-rollout``): the kept part of
-its response, as the in-process path finds it on the sample (every result field that is not an input;
-``metadata`` carries the saved state)."""
-
 OPTIONAL_SAMPLE_ATTRIBUTES: tuple[str, ...] = ("trace",)
 """Carried both ways when the sample has them: slime's trace carrier (``sglang_generate`` spans)."""
 
@@ -536,11 +514,11 @@ class EpisodeExecutor:
         sampling_params: Any,
         evaluation: bool,
         abort_check: Any,
-        resuming: bool = False,
+        kept_fields: tuple[str, ...] = (),
     ) -> Any:
-        """Run one episode in a worker and apply its result onto ``sample``: a reset attempt, or with
-        ``resuming`` an ABORTED sample whose saved episode goes on (its kept response fields,
-        :data:`RESUME_FIELDS`, travel with the inputs and the worker resumes it).
+        """Run one episode in a worker and apply its result onto ``sample``: a reset attempt, or, with
+        ``kept_fields`` (:data:`strands_slime.rollout.episode.RESUME_FIELDS`), an ABORTED sample whose
+        saved episode goes on (those kept response fields travel with the inputs and the worker resumes it).
 
         Returns:
             ``[sample]``, or the fan-out segments with ``sample`` first.
@@ -552,7 +530,7 @@ class EpisodeExecutor:
             value = getattr(sample, name, None)
             if value is not None:
                 inputs[name] = value
-        kept = pack_fields(sample, RESUME_FIELDS) if resuming else None
+        kept = pack_fields(sample, kept_fields) if kept_fields else None
         episode_id = next(self._ids)
         channel = self._channel(abort_check)
         message = ("run", episode_id, channel.id, inputs, dict(sampling_params), evaluation, kept)
