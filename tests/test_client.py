@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+from threaded_app import serve_app_in_thread
 from waiting import wait_until
 
 from strands_slime.provider.client import (
@@ -426,38 +427,15 @@ def test_from_slime_args_uses_router_and_pool_formula() -> None:
 @pytest.fixture
 def fault_server_thread() -> Any:
     """A FaultServer on its own loop in a thread, for tests that run several event loops."""
-    import threading
 
-    ready = threading.Event()
-    holder: dict[str, Any] = {}
+    def build() -> web.Application:
+        server = FaultServer()
+        app = web.Application()
+        app.router.add_post("/generate", server.handle_generate)
+        return app
 
-    def serve() -> None:
-        loop = asyncio.new_event_loop()
-        holder["loop"] = loop
-
-        async def start() -> None:
-            server = FaultServer()
-            app = web.Application()
-            app.router.add_post("/generate", server.handle_generate)
-            runner = web.AppRunner(app, handle_signals=False)
-            await runner.setup()
-            site = web.TCPSite(runner, "127.0.0.1", 0)
-            await site.start()
-            holder["runner"] = runner
-            holder["url"] = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
-            ready.set()
-
-        loop.run_until_complete(start())
-        loop.run_forever()
-        loop.run_until_complete(holder["runner"].cleanup())
-        loop.close()
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    assert ready.wait(10)
-    yield holder["url"]
-    holder["loop"].call_soon_threadsafe(holder["loop"].stop)
-    thread.join(10)
+    with serve_app_in_thread(build) as url:
+        yield url
 
 
 async def test_timeout_is_retried_then_raised(fault_server: FaultServer) -> None:

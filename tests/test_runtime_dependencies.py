@@ -12,7 +12,6 @@ import asyncio
 import gc
 import logging
 import sys
-import threading
 import types
 import warnings
 from collections.abc import Iterator
@@ -22,6 +21,7 @@ import pytest
 from aiohttp import web
 from packaging.requirements import Requirement
 from packaging.version import Version
+from threaded_app import serve_app_in_thread
 
 from strands_slime.provider.chat import ChatTemplater
 from strands_slime.provider.client import SGLangClient
@@ -119,38 +119,17 @@ def test_a_compiled_template_that_renders_differently_is_not_used(
 @pytest.fixture
 def health_server() -> Iterator[str]:
     """``GET /health`` on its own loop in a thread, so clients can use it from several event loops."""
-    ready = threading.Event()
-    holder: dict = {}
 
     async def health(_: web.Request) -> web.Response:
         return web.Response(text="ok")
 
-    def serve() -> None:
-        loop = asyncio.new_event_loop()
-        holder["loop"] = loop
+    def build() -> web.Application:
+        app = web.Application()
+        app.router.add_get("/health", health)
+        return app
 
-        async def start() -> None:
-            app = web.Application()
-            app.router.add_get("/health", health)
-            runner = web.AppRunner(app, handle_signals=False)
-            await runner.setup()
-            site = web.TCPSite(runner, "127.0.0.1", 0)
-            await site.start()
-            holder["runner"] = runner
-            holder["url"] = f"http://127.0.0.1:{runner.addresses[0][1]}"
-            ready.set()
-
-        loop.run_until_complete(start())
-        loop.run_forever()
-        loop.run_until_complete(holder["runner"].cleanup())
-        loop.close()
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    assert ready.wait(10)
-    yield holder["url"]
-    holder["loop"].call_soon_threadsafe(holder["loop"].stop)
-    thread.join(10)
+    with serve_app_in_thread(build) as url:
+        yield url
 
 
 def test_a_dead_loops_session_is_closed_through_public_api(health_server: str) -> None:
