@@ -357,7 +357,7 @@ async def test_abort_after_the_last_turn_only_reports_the_outcome(server: DevSer
     seen: list[int] = []
 
     def after_the_episode(caller: str) -> bool:
-        if caller != "_generate":
+        if caller != "_episode":
             return False
         seen.append(1)
         return len(seen) == 2  # generate's check at the start, then the one after the episode
@@ -428,7 +428,7 @@ async def test_evaluation_episodes_are_not_saved(server: DevServer) -> None:
 
     def after_the_episode(caller: str) -> bool:
         checks.append(caller)
-        return checks.count("_generate") == 2
+        return checks.count("_episode") == 2
 
     args = make_args(server.url, abort_event=Aborter(after_the_episode))
     sample = await generate(args, new_sample("seventeen"), dict(PARAMS), evaluation=True)

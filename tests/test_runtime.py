@@ -12,12 +12,12 @@ from types import SimpleNamespace
 
 import pytest
 
+from strands_slime import runtime as runtime_module
 from strands_slime.config import get_rollout_config
 from strands_slime.provider.chat import get_templater
 from strands_slime.provider.tokenizer import load_tokenizer, resolve_tokenizer_path
 from strands_slime.reward.math_answer import get_math_verifier, math_verify_available
 from strands_slime.rollout import episode as rollout
-from strands_slime import runtime as runtime_module
 from strands_slime.runtime import CACHE_NAMES, Runtime, get_runtime
 from strands_slime.sandbox import SandboxConfig, get_shared_sandbox
 
