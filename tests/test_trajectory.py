@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import array
 import gc
 import math
 import pickle
@@ -181,7 +182,10 @@ def test_null_and_nan_logprobs_become_minus_inf_in_order() -> None:
     [
         ([5, -1], ValueError, r"token ids must be in \[0, 2147483647\]; got \[-1\]"),
         ([2**31], ValueError, r"got \[2147483648\]"),
+        ([2**32], ValueError, r"got \[4294967296\]"),
         ([2**70], ValueError, r"got \[1180591620717411303424\]"),
+        (array.array("i", [3, -7]), ValueError, r"got \[-7\]"),
+        (array.array("q", [3, 2**40]), ValueError, r"got \[1099511627776\]"),
         ([1.5], TypeError, "token ids must be integers"),
         (["7"], TypeError, "token ids must be integers"),
         ([None], TypeError, "token ids must be integers"),

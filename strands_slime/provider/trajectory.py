@@ -15,6 +15,8 @@ that alone), whatever its length, and it stores 13 bytes per token. What leaves 
 from __future__ import annotations
 
 import math
+import struct
+import sys
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -79,6 +81,10 @@ MAX_TOKEN_ID = 2**31 - 1
 """The largest token id a trajectory stores (the range of :data:`TOKEN_ID_TYPECODE`)."""
 
 _ZERO_LOGPROB_BYTES = array(LOGPROB_TYPECODE, [0.0]).tobytes()
+_SIGN_BYTE = 3 if sys.byteorder == "little" else 0
+"""Which byte of a 4-byte int holds its top (sign) bit."""
+if array(TOKEN_ID_TYPECODE).itemsize != 4 or array("I").itemsize != 4:
+    raise ImportError("strands_slime needs 4-byte C ints (array typecodes 'i' and 'I')")
 
 
 def token_array(token_ids: Iterable[int]) -> array[int]:
@@ -88,18 +94,21 @@ def token_array(token_ids: Iterable[int]) -> array[int]:
         ValueError: an id is negative or above :data:`MAX_TOKEN_ID`.
         TypeError: an id is not an integer."""
     if isinstance(token_ids, array) and token_ids.typecode == TOKEN_ID_TYPECODE:
-        ids = token_ids[:]  # a copy: the caller's array stays the caller's
+        unsigned = token_ids  # a copy is made below: the caller's array stays the caller's
     else:
         if not isinstance(token_ids, Sequence):
             token_ids = list(token_ids)  # the error message walks the ids a second time
-        try:
-            ids = array(TOKEN_ID_TYPECODE, token_ids)
+        try:  # 'I' converts ~3x faster than 'i' and refuses negative ids itself
+            unsigned = array("I", token_ids)
         except OverflowError:
             raise ValueError(_out_of_range(token_ids)) from None
         except TypeError as exc:
             raise TypeError(f"token ids must be integers: {exc}") from None
-    if ids and min(token_ids if isinstance(token_ids, list) else ids) < 0:  # min of a list is faster
-        raise ValueError(_out_of_range(ids))
+    raw = unsigned.tobytes()
+    if not raw[_SIGN_BYTE::4].isascii():  # a top bit is set: an id >= 2**31 (or < 0)
+        raise ValueError(_out_of_range(token_ids))
+    ids = array(TOKEN_ID_TYPECODE)
+    ids.frombytes(raw)  # the same bits: every id is below 2**31
     return ids
 
 
@@ -117,6 +126,19 @@ def _logprob_array(values: Iterable[float]) -> array[float]:
         return array(LOGPROB_TYPECODE, values)
     except TypeError as exc:
         raise TypeError(f"logprobs must be real numbers: {exc}") from None
+
+
+def _packed_logprobs(logprobs: Sequence[float | None]) -> array[float] | None:
+    """The common case at C speed: ``logprobs`` as an ``array('d')`` when every value is a number
+    (NaN included), None when one is not (a null: see :func:`_logprobs_with_gaps`). Packing with
+    ``struct`` is ~2x faster than ``array('d', values)``."""
+    try:
+        packed = struct.pack(f"{len(logprobs)}d", *logprobs)
+    except struct.error:
+        return None
+    values = array(LOGPROB_TYPECODE)
+    values.frombytes(packed)
+    return values
 
 
 def _logprobs_with_gaps(logprobs: Iterable[float | None]) -> tuple[array[float], int]:
@@ -143,9 +165,10 @@ class TokenTrajectory:
     """Token ids, loss mask and logprobs of one episode (``segments[0]`` is the initial prompt).
 
     ``token_ids`` is an ``array('i')``, ``loss_mask`` an ``array('b')`` and ``logprobs`` an
-    ``array('d')`` (lists given to the constructor are converted): the garbage collector does not walk
-    their elements. Compare them with ``.tolist()``; an array never equals a list. The views that hand data
-    out (:attr:`segments`, :meth:`last_output_ids`, :meth:`response_slices`) return lists."""
+    ``array('d')`` (lists given to the constructor are converted): the garbage collector does not
+    walk their elements. Compare them with ``.tolist()``: an array never equals a list. The views
+    that hand data out (:attr:`segments`, :meth:`last_output_ids`, :meth:`response_slices`) return
+    lists."""
 
     token_ids: array[int] = field(default_factory=lambda: array(TOKEN_ID_TYPECODE))
     loss_mask: array[int] = field(default_factory=lambda: array(LOSS_MASK_TYPECODE))
@@ -156,9 +179,9 @@ class TokenTrajectory:
     _turns: list[_Checkpoint] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
-        """Store what was given as the three arrays (lists from older callers are converted, checked)."""
-        if not (isinstance(self.token_ids, array) and self.token_ids.typecode == TOKEN_ID_TYPECODE):
-            self.token_ids = token_array(self.token_ids)
+        """Store what was given as the three arrays (lists from older callers are converted); the ids are
+        checked (and copied) even when given as an array."""
+        self.token_ids = token_array(self.token_ids)
         if not (isinstance(self.loss_mask, array) and self.loss_mask.typecode == LOSS_MASK_TYPECODE):
             try:
                 self.loss_mask = array(LOSS_MASK_TYPECODE, self.loss_mask)
@@ -249,12 +272,8 @@ class TokenTrajectory:
             return
         ids = token_array(token_ids)
         missing = 0
-        try:  # the common case at C speed: no null (the conversion refuses it), no NaN (sum would be NaN)
-            values = array(LOGPROB_TYPECODE, logprobs)  # type: ignore[arg-type]
-            clean = not math.isnan(sum(logprobs if isinstance(logprobs, list) else values))  # type: ignore[arg-type]
-        except TypeError:
-            clean = False
-        if not clean:
+        values = _packed_logprobs(logprobs)
+        if values is None or math.isnan(sum(logprobs)):  # type: ignore[arg-type]
             values, missing = _logprobs_with_gaps(logprobs)
         replay = None if meta_info is None else {k: v for k, v in meta_info.items() if k in REPLAY_META_KEYS}
         self.segment_info.append(Segment("output", len(self.token_ids), len(ids), replay))
