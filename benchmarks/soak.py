@@ -1,7 +1,7 @@
 """Fault-injection soak of ``generate`` against the scripted dev server (``make soak``; not in CI).
 
     python benchmarks/soak.py                          # full: 3,000 fault episodes + 1,024 load episodes
-    python benchmarks/soak.py --episodes 300 --load-episodes 64 --no-doc     # what the test suite runs
+    python benchmarks/soak.py --episodes 300 --load-episodes 64     # what the test suite runs
     python benchmarks/soak.py --write-doc              # also rewrite docs/soak.md
 
 Fault phase: episodes run in slime-like rollout steps (a fresh ``args`` per step, ``concurrency``

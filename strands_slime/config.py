@@ -220,8 +220,10 @@ class RolloutConfig(BaseModel):
     )
     gc_tuning: bool = Field(
         True,
-        description="Once per rollout process: gc.freeze() what is alive and raise the gen-0 threshold. "
-        "Garbage collection takes a quarter of the CPU at 1024 episodes in flight without it.",
+        description="Once per rollout process: gc.freeze() what is alive, keep young collections small "
+        "and run full collections when the last live episode ends (then freeze what survived). Without "
+        "it garbage collection takes a quarter of the CPU at 1024 episodes in flight, and a full "
+        "collection holds the loop for hundreds of milliseconds.",
     )
     keep_transcript: bool = Field(
         False, description="Store the parsed conversation in sample.metadata['transcript'] (drift audits)."

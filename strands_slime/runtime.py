@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import gc
 import inspect
 import logging
 import threading
+import time
 import weakref
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from typing import Any, TypeVar
 
 __all__ = ["CACHE_NAMES", "Runtime", "get_runtime"]
@@ -48,6 +50,9 @@ CACHE_NAMES = (
     "logged",
 )
 """The caches a :class:`Runtime` holds, by attribute name."""
+FULL_COLLECTION_INTERVAL_S = 300.0
+"""With the GC tuned, how long at most between full collections when the process never runs out of
+live episodes (fully asynchronous rollouts); otherwise they run each time the last episode ends."""
 _CLOSE_WAIT_S = 10.0
 """How long :meth:`Runtime.close` waits for one resource of another live event loop to close (and
 :meth:`Runtime.reset` for one on an idle loop)."""
@@ -88,6 +93,11 @@ class Runtime:
         self.logged: set[str] = set()
         """Messages :meth:`first_time` has seen (errors logged once per process)."""
         self._gc_saved_threshold: tuple[int, int, int] | None = None
+        self.live_episodes = 0
+        """Episodes running in this process now (:meth:`episode`)."""
+        self.full_collections = 0
+        """Full collections :meth:`episode` ran (the GC tuned), at quiet points or when overdue."""
+        self._last_full_collection = time.monotonic()
 
     # ------------------------------------------------------------------ caches
 
@@ -135,7 +145,15 @@ class Runtime:
         return self._gc_saved_threshold is not None
 
     def tune_gc(self, thresholds: tuple[int, int, int]) -> bool:
-        """Freeze what is alive now and raise the collector's thresholds to at least ``thresholds``.
+        """Freeze what is alive now, set the collector's thresholds and move full collections to quiet points.
+
+        Why: a collection walks every object of the generations it collects, so its pause grows with
+        what is alive. The long-lived heap (slime's, ours) is frozen once, small young generations
+        keep each gen-0/gen-1 pause short, and the full (gen-2) collection, whose pause grows with the
+        episodes in flight (hundreds of milliseconds at a thousand), is left to :meth:`episode`: it
+        runs when the last live episode ends, then freezes what survived (long-lived again), or every
+        :data:`FULL_COLLECTION_INTERVAL_S` when the process never runs out of episodes. Give
+        ``thresholds[2]`` large so CPython's own full collections stay out of the way.
 
         Once per runtime: later calls do nothing until :meth:`restore_gc` (or a reset/close) undoes it.
 
@@ -145,10 +163,10 @@ class Runtime:
         with self.lock:
             if self._gc_saved_threshold is not None:
                 return False
-            current = gc.get_threshold()
-            self._gc_saved_threshold = current
+            self._gc_saved_threshold = gc.get_threshold()
             gc.freeze()
-            gc.set_threshold(*(max(a, b) for a, b in zip(current, thresholds, strict=True)))
+            gc.set_threshold(*thresholds)
+            self._last_full_collection = time.monotonic()
             return True
 
     def restore_gc(self) -> None:
@@ -159,6 +177,50 @@ class Runtime:
                 return
             gc.unfreeze()
             gc.set_threshold(*saved)
+
+    @contextlib.contextmanager
+    def episode(self) -> Iterator[None]:
+        """Count one live episode for the block; with the GC tuned, the last one to end triggers the
+        full collection (see :meth:`tune_gc`), run from the event loop right after the episode's own
+        frame is gone, or at once outside a loop."""
+        with self.lock:
+            self.live_episodes += 1
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.live_episodes -= 1
+                due = self.gc_tuned and (
+                    self.live_episodes == 0
+                    or time.monotonic() - self._last_full_collection >= FULL_COLLECTION_INTERVAL_S
+                )
+            if due:
+                try:
+                    asyncio.get_running_loop().call_soon(self._full_collection)
+                except RuntimeError:
+                    self._full_collection()
+
+    def _full_collection(self) -> None:
+        """A full collection if still due (an episode may have started since it was scheduled);
+        freeze what survived when no episode is live, so later collections skip it."""
+        with self.lock:
+            quiet = self.live_episodes == 0
+            overdue = time.monotonic() - self._last_full_collection >= FULL_COLLECTION_INTERVAL_S
+            if not self.gc_tuned or not (quiet or overdue):
+                return
+            self._last_full_collection = time.monotonic()
+            self.full_collections += 1
+        started = time.perf_counter()
+        found = gc.collect()
+        with self.lock:
+            if quiet and self.live_episodes == 0 and self.gc_tuned:
+                gc.freeze()
+        logger.debug(
+            "full garbage collection (%s): %d unreachable objects, %.1f ms",
+            "quiet point" if quiet else "overdue",
+            found,
+            (time.perf_counter() - started) * 1000,
+        )
 
     # ------------------------------------------------------------------ release
 

@@ -6,6 +6,7 @@ import asyncio
 import gc
 import logging
 import os
+import weakref
 from collections.abc import Iterator
 from types import SimpleNamespace
 
@@ -16,6 +17,7 @@ from strands_slime.provider.chat import get_templater
 from strands_slime.provider.tokenizer import load_tokenizer, resolve_tokenizer_path
 from strands_slime.reward.math_answer import get_math_verifier, math_verify_available
 from strands_slime.rollout import episode as rollout
+from strands_slime import runtime as runtime_module
 from strands_slime.runtime import CACHE_NAMES, Runtime, get_runtime
 from strands_slime.sandbox import SandboxConfig, get_shared_sandbox
 
@@ -67,12 +69,95 @@ def test_gc_tuning_is_undone_by_reset() -> None:
     try:
         assert runtime.gc_tuned
         assert gc.get_freeze_count() > 0
-        assert gc.get_threshold() == tuple(max(a, b) for a, b in zip(before, (50_000, 20, 100), strict=True))
+        assert gc.get_threshold() == (50_000, 20, 100)
     finally:
         runtime.reset()
     assert not runtime.gc_tuned
     assert gc.get_freeze_count() == 0
     assert gc.get_threshold() == before
+
+
+class _Node:
+    """A reference cycle only the cyclic collector can free."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+
+def _old_cycle() -> weakref.ref:
+    """A reference cycle that is garbage and sits in the oldest generation, where only a full
+    collection looks (young collections cannot free it by accident)."""
+    node = _Node()
+    gc.collect()  # node survives: it is referenced here; it moves to the oldest generation
+    ref = weakref.ref(node)
+    del node
+    return ref
+
+
+def test_the_last_live_episode_runs_the_full_collection_and_freezes_the_survivors() -> None:
+    runtime = Runtime()
+    runtime.tune_gc((2_000, 4, 1_000_000))
+    try:
+        with runtime.episode():
+            with runtime.episode():
+                garbage = _old_cycle()
+                assert runtime.live_episodes == 2
+            assert garbage() is not None  # one episode still live: no full collection
+            assert runtime.full_collections == 0
+            survivor = _Node()  # alive at the quiet point: frozen with the rest
+            frozen_before = gc.get_freeze_count()
+        assert runtime.live_episodes == 0
+        assert garbage() is None
+        assert runtime.full_collections == 1
+        assert gc.get_freeze_count() > frozen_before
+        assert survivor.me is survivor
+    finally:
+        runtime.reset()
+
+
+def test_the_full_collection_runs_on_the_loop_after_the_episode() -> None:
+    runtime = Runtime()
+    runtime.tune_gc((2_000, 4, 1_000_000))
+
+    async def main() -> tuple[bool, bool]:
+        with runtime.episode():
+            garbage = _old_cycle()
+        scheduled = garbage() is not None  # not inside the episode's own frame: a loop callback
+        await asyncio.sleep(0)
+        return scheduled, garbage() is None
+
+    try:
+        assert asyncio.run(main()) == (True, True)
+        assert runtime.full_collections == 1
+    finally:
+        runtime.reset()
+
+
+def test_an_overdue_full_collection_runs_with_episodes_live_but_freezes_nothing(monkeypatch) -> None:
+    monkeypatch.setattr(runtime_module, "FULL_COLLECTION_INTERVAL_S", 0.0)
+    runtime = Runtime()
+    runtime.tune_gc((2_000, 4, 1_000_000))
+    try:
+        with runtime.episode():
+            with runtime.episode():
+                garbage = _old_cycle()
+            frozen = gc.get_freeze_count()
+            assert garbage() is None
+            assert runtime.full_collections == 1
+            assert gc.get_freeze_count() == frozen  # live episodes' objects are not frozen
+    finally:
+        runtime.reset()
+
+
+def test_without_gc_tuning_episodes_are_counted_and_nothing_is_collected() -> None:
+    runtime = Runtime()
+    with runtime.episode():
+        garbage = _old_cycle()
+        assert runtime.live_episodes == 1
+    assert runtime.live_episodes == 0
+    assert runtime.full_collections == 0
+    assert garbage() is not None
+    gc.collect()
 
 
 def test_rollout_tunes_the_gc_through_the_runtime() -> None:

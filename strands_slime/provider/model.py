@@ -32,6 +32,7 @@ from strands.types.exceptions import (
 from strands.types.streaming import StreamEvent
 from strands.types.tools import ToolChoice, ToolSpec
 
+from strands_slime import pacing
 from strands_slime.errors import (
     ContextLimitExceeded,
     GenerationAborted,
@@ -703,6 +704,7 @@ class SGLangModel(Model):
         if system_prompt is None and system_prompt_content:
             system_prompt = "".join(str(b["text"]) for b in system_prompt_content if "text" in b) or None
 
+        await pacing.turn()  # templating and encoding the new messages: a few per loop iteration
         initial, delta, prompt_text, turn_messages = await self._prompt_delta(
             messages, tool_specs, system_prompt, offset
         )
@@ -746,6 +748,7 @@ class SGLangModel(Model):
         self.stats.turn_seconds.append(time.perf_counter() - started)
         self.stats.generation_seconds += self.stats.turn_seconds[-1]
         self.stats.model_calls += 1
+        await pacing.turn()  # replies that arrived together are handled a few per loop iteration
 
         if response.is_abort:
             partial = self.trajectory.copy()

@@ -79,18 +79,20 @@ class ResumeParts:
     """Null logprobs masked in the part the sample already held."""
 
 
-#: Gen-0 threshold 10,000, not 50,000: a gen-0 collection's pause grows with the threshold, and at
-#: 50,000 it held the loop for 60-98 ms of CPU in the soak (benchmarks/soak.py, 64 episodes in flight;
-#: 11-22 ms at 10,000, with less collector CPU in total); the goal is no loop iteration over 50 ms.
-GC_THRESHOLDS = (10_000, 20, 100)
+#: Small young generations (a collection's pause grows with what it walks) and no automatic full
+#: collection: the runtime runs those at quiet points (``Runtime.tune_gc``). Measured in the soak
+#: (benchmarks/soak.py, docs/soak.md): at (10,000, 20, 100) gen-1 pauses reached 111 ms and full ones
+#: 186 ms with 1,024 episodes in flight; the goal is no loop iteration over 50 ms.
+GC_THRESHOLDS = (2_000, 4, 1_000_000)
 
 
 def tune_gc_once() -> None:
-    """Freeze the long-lived heap (slime's and ours) and collect young objects less often.
+    """Freeze the long-lived heap (slime's and ours), keep young collections small and run full ones
+    at quiet points (``Runtime.tune_gc``).
 
     Hundreds of episodes allocate many short-lived objects; with the default thresholds the collector
-    rescans everything alive again and again. Measured in benchmarks/ (docs/benchmarks.md). The runtime
-    owns the tuning: its ``reset``/``close`` undo it."""
+    rescans everything alive again and again. Measured in benchmarks/ (docs/benchmarks.md, docs/soak.md).
+    The runtime owns the tuning: its ``reset``/``close`` undo it."""
     get_runtime().tune_gc(GC_THRESHOLDS)
 
 
@@ -810,6 +812,14 @@ async def generate(
 async def _generate_in_workers(
     args: Any, sample: Any, sampling_params: Any, evaluation: bool, config: RolloutConfig
 ) -> Any:
+    """:func:`_episode_in_workers`, counted as a live episode of this process (``Runtime.episode``)."""
+    with get_runtime().episode():
+        return await _episode_in_workers(args, sample, sampling_params, evaluation, config)
+
+
+async def _episode_in_workers(
+    args: Any, sample: Any, sampling_params: Any, evaluation: bool, config: RolloutConfig
+) -> Any:
     """``generate`` through the episode executor (:mod:`strands_slime.rollout.executor`): the same result as
     in-process, written onto ``sample``.
 
@@ -861,6 +871,12 @@ async def _generate_in_workers(
 
 
 async def _generate(args: Any, sample: Any, sampling_params: Mapping[str, Any], evaluation: bool) -> Any:
+    """One episode in this process (slime's or an executor worker's), counted as live (``Runtime.episode``)."""
+    with get_runtime().episode():
+        return await _episode(args, sample, sampling_params, evaluation)
+
+
+async def _episode(args: Any, sample: Any, sampling_params: Mapping[str, Any], evaluation: bool) -> Any:
     started = time.perf_counter()
     abort_flag = slime_compat.abort_flag(args)
     abort_check = abort_flag.check

@@ -50,9 +50,10 @@ import weakref
 from pathlib import Path
 from typing import Any
 
+from strands_slime import pacing
 from strands_slime.config import ConfigError, RolloutConfig
 from strands_slime.provider.client import run_abortable
-from strands_slime.rollout import slime_compat, startup
+from strands_slime.rollout import slime_compat
 from strands_slime.rollout.episode_metadata import write_keys
 from strands_slime.runtime import get_runtime
 
@@ -371,7 +372,7 @@ class EpisodeExecutor:
                 payload = await stream.readexactly(size)
                 self.stats.bytes_received += _HEADER.size + size
                 self._handle(worker, payload)
-                if time.perf_counter() - slice_started > startup.SLICE_S:
+                if time.perf_counter() - slice_started > pacing.SLICE_S:
                     # buffered replies would otherwise all be read (and their episodes woken) in one
                     # loop iteration: hundreds of finished episodes at once stall slime's loop
                     await asyncio.sleep(0)

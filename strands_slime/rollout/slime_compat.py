@@ -571,18 +571,23 @@ def slime_tokenizer(args: Any) -> Any | None:
     return getattr(state, "tokenizer", None) if state is not None else None
 
 
-_TRACING: list[tuple[type, Any, Any]] = []
+_TRACING: list[tuple[type, Any, Any] | None] = []
 
 
 def _slime_tracing() -> tuple[type, Any, Any] | None:
-    """slime's tracing helpers, remembered once found (a miss is retried: slime may arrive later)."""
+    """slime's tracing helpers, looked up once slime's ``Sample`` type is loaded (before that no slime
+    sample can exist, and a failed import would search ``sys.path`` again on every episode); a slime
+    without them is remembered as such."""
     if not _TRACING:
+        if "slime.utils.types" not in sys.modules:
+            return None
         try:
             from slime.observability.trace_utils import build_sglang_meta_trace_attrs, trace_span
             from slime.utils.types import Sample as SlimeSample
         except ImportError:
-            return None
-        _TRACING.append((SlimeSample, trace_span, build_sglang_meta_trace_attrs))
+            _TRACING.append(None)
+        else:
+            _TRACING.append((SlimeSample, trace_span, build_sglang_meta_trace_attrs))
     return _TRACING[0]
 
 

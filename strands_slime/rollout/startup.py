@@ -6,7 +6,7 @@ iteration: 1,024 episodes x 0.5 ms of set-up is half a second in which no reply 
 keep every iteration short:
 
 * :func:`episode_turn` admits episodes in small batches, one batch per loop iteration, each sized
-  to take about :data:`SLICE_S`;
+  to take about ``SLICE_S`` (the loop's pacing gate, :mod:`strands_slime.pacing`);
 * :func:`once_per_loop` runs the one-time start-up of the loop (shared by every episode that arrives
   meanwhile) before episodes are admitted, so none of them waits for it in the middle of its set-up
   and then resumes in the same iteration as hundreds of others;
@@ -17,90 +17,21 @@ keep every iteration short:
 from __future__ import annotations
 
 import asyncio
-import time
 import weakref
-from collections import deque
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Any, TypeVar
 
+from strands_slime import pacing
 from strands_slime.provider.client import run_abortable
 from strands_slime.runtime import get_runtime
 
 T = TypeVar("T")
 
-SLICE_S = 0.005
-"""Set-up time admitted per loop iteration (the goal is no iteration over 50 ms)."""
-
-
-class _StartGate:
-    """Admits episode set-ups in batches of about :data:`SLICE_S` per loop iteration, in arrival order."""
-
-    # No reference to the loop: it keys the WeakKeyDictionary holding this object.
-    def __init__(self) -> None:
-        self._waiting: deque[asyncio.Future[None]] = deque()
-        self._slice_started: float | None = None
-        self._admitting = False
-        self._batch = 0
-        self._batch_started = 0.0
-        self._cost_s = SLICE_S  # per set-up, learned from each batch; starts pessimistic
-
-    async def turn(self) -> None:
-        if not self._waiting and not self._admitting and self._fits_this_iteration():
-            return
-        loop = asyncio.get_running_loop()
-        future = loop.create_future()
-        self._waiting.append(future)
-        if not self._admitting:
-            self._admitting = True
-            self._batch = 0
-            # A new burst: the cost learned in the last one says little (aborted episodes cost
-            # nothing), so start pessimistic again instead of waking a huge first batch.
-            self._cost_s = SLICE_S
-            loop.call_soon(self._admit)
-        await future
-
-    def _fits_this_iteration(self) -> bool:
-        """Episodes arriving while nobody waits go at once until this iteration spent SLICE_S."""
-        now = time.perf_counter()
-        if self._slice_started is None:
-            self._slice_started = now
-            asyncio.get_running_loop().call_soon(self._end_slice)  # runs in the next iteration
-            return True
-        return now - self._slice_started < SLICE_S
-
-    def _end_slice(self) -> None:
-        self._slice_started = None
-
-    def _admit(self) -> None:
-        """Wake the next batch. Scheduled right behind the batch it woke, so it runs once that batch
-        has done its synchronous set-up, and times it."""
-        now = time.perf_counter()
-        if self._batch:
-            self._cost_s = max((now - self._batch_started) / self._batch, 1e-5)
-        size = max(1, int(SLICE_S / self._cost_s))
-        woken = 0
-        while self._waiting and woken < size:
-            future = self._waiting.popleft()
-            if not future.done():  # skip cancelled waiters
-                future.set_result(None)
-                woken += 1
-        self._batch, self._batch_started = woken, now
-        if self._waiting or woken:
-            asyncio.get_running_loop().call_soon(self._admit)
-        else:
-            self._admitting = False
-
-
-_GATES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _StartGate] = weakref.WeakKeyDictionary()
-
 
 async def episode_turn() -> None:
-    """Wait until this episode may do its synchronous set-up (returns at once when the loop is idle)."""
-    loop = asyncio.get_running_loop()
-    gate = _GATES.get(loop)
-    if gate is None:
-        gate = _GATES[loop] = _StartGate()
-    await gate.turn()
+    """Wait until this episode may do its synchronous set-up (returns at once when the loop is idle):
+    the loop's pacing gate (:func:`strands_slime.pacing.turn`)."""
+    await pacing.turn()
 
 
 _RUNNING: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[Hashable, asyncio.Future[Any]]] = (
