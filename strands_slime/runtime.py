@@ -97,6 +97,8 @@ class Runtime:
         """Episodes running in this process now (:meth:`episode`)."""
         self.full_collections = 0
         """Full collections :meth:`episode` ran (the GC tuned), at quiet points or when overdue."""
+        self.quiet_collections = 0
+        """Those of them that ran with no episode live (at a quiet point)."""
         self._last_full_collection = time.monotonic()
 
     # ------------------------------------------------------------------ caches
@@ -210,6 +212,7 @@ class Runtime:
                 return
             self._last_full_collection = time.monotonic()
             self.full_collections += 1
+            self.quiet_collections += quiet
         started = time.perf_counter()
         found = gc.collect()
         with self.lock:

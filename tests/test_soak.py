@@ -36,4 +36,5 @@ async def test_soak_300_episodes_loses_nothing_and_breaks_nothing() -> None:
     # the goal: no loop iteration holds the loop's thread for more than 50 ms of CPU (wall clock, which
     # on this shared 2-core machine also counts waiting for a CPU, is reported, not asserted)
     assert summary["busy"] <= 0.05, report
+    assert summary["busy_in_flight"] <= summary["busy"], report
     assert summary["stall"] > 0 and summary["busy"] > 0, report  # both were measured

@@ -128,6 +128,10 @@ class ControlChannel:
             self._on_message(json.loads(data), list(fds))
 
 
+def _ignore(*_: object) -> None:
+    """What a closed reader calls instead of its callback."""
+
+
 class OutputCapture:
     """Reads one pipe without blocking the loop; keeps its head and tail, counts every byte.
 
@@ -176,7 +180,11 @@ class OutputCapture:
         self._on_data(self.total)
 
     def close(self) -> None:
-        """Stop reading and close the pipe (what was read is kept). Idempotent."""
+        """Stop reading and close the pipe (what was read is kept). Idempotent.
+
+        Drops ``on_data``: it is usually a closure over this object, and the cycle would leave every
+        execution's captures for the cyclic garbage collector."""
+        self._on_data = _ignore
         if self._fd < 0:
             return
         self._loop.remove_reader(self._fd)
@@ -240,12 +248,15 @@ class StatusReader:
                 ):
                     self.status = status
         if newline or not data or len(self._buffer) > self._LIMIT:
+            on_status = self._on_status
             self.close()
             if self.status is not None:
-                self._on_status()
+                on_status()
 
     def close(self) -> None:
-        """Stop reading and close the pipe. Idempotent."""
+        """Stop reading and close the pipe. Idempotent. Drops ``on_status`` (a closure over this
+        object, as ``OutputCapture.close`` explains)."""
+        self._on_status = _ignore
         if self._fd >= 0:
             self._loop.remove_reader(self._fd)
             os.close(self._fd)
