@@ -34,6 +34,7 @@ BENCHMARKS = {
     "provider": ("bench_provider", "Provider: strands_slime vs strands-sglang"),
     "sandbox": ("bench_sandbox", "Sandbox"),
     "reward": ("bench_reward", "Reward"),
+    "gc": ("bench_gc", "Garbage collector: live trajectories in arrays vs lists"),
 }
 
 
@@ -91,7 +92,7 @@ def _machine_section(results: dict[str, dict[str, Any]]) -> list[str]:
     if provider:
         for package, version in provider.get("versions", {}).items():
             lines.append(f"| provider driver: {package} | {version or 'not installed'} |")
-    for name in ("sandbox", "reward"):
+    for name in ("sandbox", "reward", "gc"):
         other = results.get(name)
         if other and other.get("versions"):
             described = ", ".join(f"{k} {v}" for k, v in other["versions"].items())
@@ -218,7 +219,7 @@ def render_document(results: dict[str, dict[str, Any]], plot_written: bool) -> s
         if plot_written:
             lines += [f"![concurrency sweep]({PLOT_PATH.name})", ""]
         lines += [*provider_findings(provider), "", PROVIDER_PROFILE, "", PROVIDER_METHOD, ""]
-    for name in ("sandbox", "reward"):
+    for name in ("sandbox", "reward", "gc"):
         if name in results:
             module = importlib.import_module(BENCHMARKS[name][0])
             lines += [f"## {BENCHMARKS[name][1]}", "", module.render_markdown(results[name]), ""]
@@ -272,12 +273,14 @@ switch off through a public API; the model-call part is what our middleware remo
 outputs outside the rollout process (the multi-process executor spreads it over cores, it does not
 remove it); or running the agent loop without Strands (*provider alone*).
 
+Done after this run (not in its numbers): trajectories keep their ids, mask and logprobs in `array`
+objects, whose elements the collector does not walk (see *Garbage collector* below).
+
 Left as they are, on purpose: substituting tool outputs into a pre-rendered template shape (exact only
-if the template never looks at the content, which cannot be checked); storing trajectories in `array`
-objects the collector skips (changes the public list API); emitting fewer stream events (Strands treats
-`contentBlockStart` of text as optional, but callback handlers may count on it); tokenizing texts over
-2 KB on the event loop (saves the thread hand-off on one core, blocks the loop for milliseconds on
-large outputs)."""
+if the template never looks at the content, which cannot be checked); emitting fewer stream events
+(Strands treats `contentBlockStart` of text as optional, but callback handlers may count on it);
+tokenizing texts over 2 KB on the event loop (saves the thread hand-off on one core, blocks the loop
+for milliseconds on large outputs)."""
 
 
 PROVIDER_METHOD = """### How the provider benchmark works

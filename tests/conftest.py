@@ -82,6 +82,7 @@ code, headless Chromium, torch models), under ~2 s. slow: anything longer (tests
 MODULE_LANES: dict[str, str] = {
     # one process: real tokenizer, in-process servers on loopback
     "test_abort_check_failures": "unit",
+    "test_bench_gc": "unit",  # its fresh-process measurement is marked slow in the module
     "test_bench_provider": "unit",
     "test_chat": "unit",
     "test_chat_families": "unit",

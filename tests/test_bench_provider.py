@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import array
 import json
 import math
 from pathlib import Path
@@ -13,6 +14,7 @@ from aiohttp import web
 from benchmarks import bench_provider, plot, provider_driver, run_all
 from benchmarks import transcripts as transcript_data
 from strands_slime.devserver import DevServerThread
+from strands_slime.provider import client as client_module
 from strands_slime.provider.client import SGLangClient, SGLangDecodingError
 
 
@@ -303,6 +305,26 @@ async def test_generate_body_is_the_stdlib_encoding() -> None:
     expected = {"input_ids": ids, "sampling_params": params, "return_logprob": True, "rid": "r1"}
     assert bodies == [json.dumps(expected, separators=(",", ":")).encode()]
     assert response.output_ids == [5, 6] and response.output_logprobs == [-0.5, -1.0]
+
+
+@pytest.mark.parametrize("with_orjson", [True, False])
+@pytest.mark.parametrize("typecode", ["i", "q"])
+async def test_an_array_of_ids_is_sent_as_the_same_json_as_the_list(
+    typecode: str, with_orjson: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A trajectory's ids are an ``array``: the body must be byte for byte the list's encoding."""
+    if not with_orjson:
+        monkeypatch.setattr(client_module, "orjson", None)  # as where orjson is not installed
+    runner, url, bodies = await _capture_server(json.dumps(REPLY).encode())
+    ids = [0, 1, 255, 151_643, 2**31 - 1, *range(151_000, 151_700)]
+    try:
+        async with SGLangClient(url, max_retries=0) as client:
+            await client.generate(ids, {"max_new_tokens": 8})
+            await client.generate(array.array(typecode, ids), {"max_new_tokens": 8})
+    finally:
+        await runner.cleanup()
+    assert len(bodies) == 2 and bodies[0] == bodies[1]
+    assert json.loads(bodies[1])["input_ids"] == ids
 
 
 async def test_replies_orjson_rejects_still_parse_as_before() -> None:

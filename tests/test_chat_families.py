@@ -371,7 +371,7 @@ async def test_agent_episode_over_http(tmp_path: Path, case_name: str, eos: str,
     assert ran == ["print(6)"]
     requests = [entry["json"]["input_ids"] for entry in server.request_log]
     trajectory = model.trajectory
-    assert len(requests) == 2 and trajectory.token_ids[: len(requests[1])] == requests[1]
+    assert len(requests) == 2 and trajectory.token_ids[: len(requests[1])].tolist() == requests[1]
     second_prompt = tokenizer.decode(requests[1][len(requests[0]) :])
     if case_name == "kimi_k2":
         assert "## Return of functions.execute_python_code:0\nRESULT-6<|im_end|>" in second_prompt
@@ -380,7 +380,7 @@ async def test_agent_episode_over_http(tmp_path: Path, case_name: str, eos: str,
         assert (
             "</minimax:tool_call>[e~[\n]~b]tool\n<response>RESULT-6</response>[e~[\n]~b]ai\n" in second_prompt
         )
-    assert "anchor" not in tokenizer.decode(trajectory.token_ids)
+    assert "anchor" not in tokenizer.decode(trajectory.token_ids.tolist())
     trajectory.check()
 
 

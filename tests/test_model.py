@@ -109,13 +109,13 @@ def assert_append_only(server: DevServer, model: SGLangModel) -> None:
     outputs: list[list[int]] = []
     for value, start, end in mask_runs(model.trajectory.loss_mask):
         if value == 1:
-            outputs.append(model.trajectory.token_ids[start:end])
+            outputs.append(model.trajectory.token_ids[start:end].tolist())
     assert len(requests) == len(outputs)
     for previous, output, current in zip(requests, outputs, requests[1:], strict=False):
         assert (
             current["input_ids"][: len(previous["input_ids"]) + len(output)] == previous["input_ids"] + output
         )
-    assert model.trajectory.token_ids == requests[-1]["input_ids"] + outputs[-1]
+    assert model.trajectory.token_ids.tolist() == requests[-1]["input_ids"] + outputs[-1]
     for request in requests:
         assert "logprob_start_len" not in request and request["return_logprob"] is True
     mask = model.trajectory.loss_mask
@@ -159,11 +159,11 @@ async def test_multi_turn_episode_is_append_only(
     t = model.trajectory
     outputs = [(s, e) for v, s, e in mask_runs(t.loss_mask) if v == 1]
     for request, (start, end) in zip(requests, outputs, strict=True):
-        expected = scripted_output_logprobs(request["input_ids"], t.token_ids[start:end])
-        assert t.logprobs[start:end] == pytest.approx(expected, abs=0)
+        expected = scripted_output_logprobs(request["input_ids"], t.token_ids[start:end].tolist())
+        assert t.logprobs[start:end].tolist() == pytest.approx(expected, abs=0)
     assert all(lp == 0.0 for lp, m in zip(t.logprobs, t.loss_mask, strict=True) if m == 0)
     if style == "hybrid_no_think":
-        text = qwen3_tokenizer.decode(t.token_ids)
+        text = qwen3_tokenizer.decode(t.token_ids.tolist())
         assert text.count("<think>\n\n</think>\n\n") == len(requests)
 
 
@@ -187,7 +187,7 @@ async def test_noncanonical_output_ids_come_back_unchanged(qwen3_tokenizer: Any,
     model = SGLangModel(tokenizer=qwen3_tokenizer, client=client)
     await make_agent(model).invoke_async("split words")
     t = model.trajectory
-    first_output = next(t.token_ids[s:e] for v, s, e in mask_runs(t.loss_mask) if v == 1)
+    first_output = next(t.token_ids[s:e].tolist() for v, s, e in mask_runs(t.loss_mask) if v == 1)
     canonical = qwen3_tokenizer.encode(text, add_special_tokens=False) + [IM_END]
     assert first_output != canonical and qwen3_tokenizer.decode(first_output[:-1]) == text
     assert CALLS == ["print('hello')"], "the tool call is still parsed from the non-canonical ids"
@@ -207,9 +207,9 @@ async def test_seed_quick_start(qwen3_tokenizer: Any, server_factory: Any) -> No
     await agent.invoke_async("triangle area?")
     tm = model.token_manager
     assert len(tm.token_ids) == len(tm.loss_mask) == len(tm.logprobs) > 0
-    assert tm.segments[0] == tm.token_ids[: len(tm.segments[0])]
+    assert tm.segments[0] == tm.token_ids[: len(tm.segments[0])].tolist()
     model.reset()
-    assert model.token_manager.token_ids == []
+    assert model.token_manager.token_ids.tolist() == []
     await model.client.close()
 
 
@@ -381,7 +381,7 @@ async def test_prompt_over_context_is_typed(qwen3_tokenizer: Any, server_factory
     with pytest.raises(ContextLimitExceeded):
         await make_agent(model).invoke_async("triangle " * 100)
     assert len(server.request_log) == 1, "the server's 400 is not retried"
-    assert model.trajectory.token_ids == []
+    assert model.trajectory.token_ids.tolist() == []
 
 
 async def test_abort_while_running_raises_with_partial_trajectory(
@@ -402,7 +402,7 @@ async def test_abort_while_running_raises_with_partial_trajectory(
     partial = ended.trajectory
     assert 0 < sum(partial.loss_mask) < 60 and partial.token_ids[-1] != IM_END
     partial.check()
-    assert model.trajectory.token_ids == [], "an aborted turn is not a finished turn"
+    assert model.trajectory.token_ids.tolist() == [], "an aborted turn is not a finished turn"
 
 
 async def test_abort_while_queued(qwen3_tokenizer: Any, server_factory: Any) -> None:
@@ -466,7 +466,7 @@ async def test_retried_turn_leaves_no_duplicate_segment(qwen3_tokenizer: Any, se
     log = [entry["json"]["input_ids"] for entry in server.request_log]
     assert log[1] == log[2]
     t = model.trajectory
-    assert t.num_outputs == 3 and t.token_ids[: len(log[3])] == log[3]
+    assert t.num_outputs == 3 and t.token_ids[: len(log[3])].tolist() == log[3]
     t.check()
 
 

@@ -34,7 +34,7 @@ async def test_rollout_logprobs_match_full_forward(qwen3_tokenizer: Any) -> None
         await model.client.close()
     trajectory.check()
     assert trajectory.num_outputs == 3 and sum(trajectory.loss_mask) > 3
-    reference = full_forward_logprobs(build_tiny_qwen3(0), trajectory.token_ids)
+    reference = full_forward_logprobs(build_tiny_qwen3(0), trajectory.token_ids.tolist())
     for position, (mask, logprob) in enumerate(zip(trajectory.loss_mask, trajectory.logprobs, strict=True)):
         if mask:
             assert abs(logprob - reference[position - 1]) <= 1e-5, position

@@ -69,7 +69,8 @@ def make_agent(model: SGLangModel) -> Agent:
 
 def trajectory_lists(model: SGLangModel) -> tuple[list[int], list[int], list[float]]:
     model.trajectory.check()
-    return model.trajectory.token_ids, model.trajectory.loss_mask, model.trajectory.logprobs
+    trajectory = model.trajectory
+    return trajectory.token_ids.tolist(), trajectory.loss_mask.tolist(), trajectory.logprobs.tolist()
 
 
 def without_call_ids(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -27,15 +27,16 @@ def test_layout_round_trip_rebuilds_the_trajectory_from_the_samples_ids_and_logp
     layout = json.loads(json.dumps(original.layout()))  # plain JSON
     # what a slime Sample holds: all ids, and logprobs of the response (0.0 where none was sent)
     response_logprobs = [0.0 if lp == float("-inf") else lp for lp in original.logprobs[3:]]
-    rebuilt = TokenTrajectory.from_layout(original.token_ids, response_logprobs, layout)
+    rebuilt = TokenTrajectory.from_layout(original.token_ids.tolist(), response_logprobs, layout)
     rebuilt.check()
-    assert rebuilt.token_ids == original.token_ids and rebuilt.loss_mask == original.loss_mask
+    assert rebuilt.token_ids.tolist() == original.token_ids.tolist()
+    assert rebuilt.loss_mask.tolist() == original.loss_mask.tolist()
     assert [(s.kind, s.start, s.length) for s in rebuilt.segment_info] == [
         (s.kind, s.start, s.length) for s in original.segment_info
     ]
     assert rebuilt.turn_count == 2 and rebuilt.missing_logprobs == 1
-    assert rebuilt.logprobs[3:] == response_logprobs and rebuilt.logprobs[:3] == [0.0] * 3
-    assert rebuilt.rollback_turns(1) == 4 and rebuilt.token_ids == [1, 2, 3, 4, 5]
+    assert rebuilt.logprobs[3:].tolist() == response_logprobs and rebuilt.logprobs[:3].tolist() == [0.0] * 3
+    assert rebuilt.rollback_turns(1) == 4 and rebuilt.token_ids.tolist() == [1, 2, 3, 4, 5]
 
 
 @pytest.mark.parametrize(

@@ -117,7 +117,7 @@ def output_ids(model: SGLangModel) -> list[int]:
         tok
         for value, start, end in mask_runs(model.trajectory.loss_mask)
         if value == 1
-        for tok in model.trajectory.token_ids[start:end]
+        for tok in model.trajectory.token_ids[start:end].tolist()
     ]
 
 
@@ -154,8 +154,8 @@ async def test_structured_output_nested_enum_optional_unicode(qwen3_tokenizer: A
     assert json.loads(request["sampling_params"]["json_schema"]) == Person.model_json_schema()
     # The turn is a normal trajectory turn: mask 1 over the sampled ids, the server's logprobs.
     sampled = output_ids(model)
-    assert sampled == model.trajectory.token_ids[len(request["input_ids"]) :]
-    assert model.trajectory.logprobs[-len(sampled) :] == pytest.approx(
+    assert sampled == model.trajectory.token_ids[len(request["input_ids"]) :].tolist()
+    assert model.trajectory.logprobs[-len(sampled) :].tolist() == pytest.approx(
         scripted_output_logprobs(request["input_ids"], sampled)
     )
     model.trajectory.check()

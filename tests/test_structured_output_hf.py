@@ -74,13 +74,13 @@ async def test_structured_output_is_valid_by_construction(qwen3_tokenizer: Any, 
     # as likely as under the unconstrained model (the mask only removes competitors).
     trajectory = model.trajectory
     start = trajectory.initial_prompt_length
-    sampled = trajectory.token_ids[start:]
-    unconstrained = full_forward_logprobs(build_tiny_qwen3(0), trajectory.token_ids)[start - 1 :]
-    constrained = trajectory.logprobs[start:]
+    sampled = trajectory.token_ids[start:].tolist()
+    unconstrained = full_forward_logprobs(build_tiny_qwen3(0), trajectory.token_ids.tolist())[start - 1 :]
+    constrained = trajectory.logprobs[start:].tolist()
     assert len(constrained) == len(sampled) == len(unconstrained)
     assert all(c >= u - 1e-5 for c, u in zip(constrained, unconstrained, strict=True))
     assert any(c > u + 1e-3 for c, u in zip(constrained, unconstrained, strict=True))
-    assert trajectory.loss_mask[start:] == [1] * len(sampled)
+    assert trajectory.loss_mask[start:].tolist() == [1] * len(sampled)
 
 
 async def test_same_seed_same_constrained_reply_and_logprobs(client: SGLangClient) -> None:

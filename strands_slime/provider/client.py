@@ -14,6 +14,7 @@ the longest generation); ``stall_timeout`` bounds a gap between bytes once the r
 
 from __future__ import annotations
 
+import array
 import asyncio
 import json
 import logging
@@ -22,7 +23,7 @@ import random
 import sys
 import time
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -250,7 +251,16 @@ def _encode_json(value: Any) -> bytes:
 
 
 def _encode_token_ids(token_ids: Any) -> bytes:
-    """A token-id list as JSON: orjson is ~15x faster on long int lists than the stdlib encoder."""
+    """Token ids (a list, or an ``array`` as a trajectory holds them) as JSON: orjson is ~15x faster on
+    long int lists than the stdlib encoder, and encodes an array through a numpy view of its buffer
+    without making a Python int of each id."""
+    if isinstance(token_ids, array.array):
+        if orjson is not None:
+            import numpy  # a dependency of the package; imported on first use only
+
+            view = numpy.frombuffer(token_ids, dtype=numpy.dtype(token_ids.typecode))
+            return orjson.dumps(view, option=orjson.OPT_SERIALIZE_NUMPY)
+        token_ids = token_ids.tolist()
     if orjson is not None:
         try:
             return orjson.dumps(token_ids)
@@ -681,7 +691,7 @@ class SGLangClient:
 
     async def generate(
         self,
-        input_ids: list[int],
+        input_ids: Sequence[int],
         sampling_params: Mapping[str, Any] | None = None,
         *,
         return_logprob: bool = True,
@@ -691,9 +701,9 @@ class SGLangClient:
         abort_check: Callable[[], bool] | None = None,
         **extra: Any,
     ) -> GenerateResponse:
-        """Generate from token ids. ``logprob_start_len`` is omitted by default so the server returns
-        output logprobs only and keeps its prefix cache (see the protocol notes). ``abort_check``: see
-        :meth:`request`."""
+        """Generate from token ids (a list or an ``array``). ``logprob_start_len`` is omitted by default
+        so the server returns output logprobs only and keeps its prefix cache (see the protocol notes).
+        ``abort_check``: see :meth:`request`."""
         if not input_ids:
             raise ValueError("input_ids cannot be empty")
         payload: dict[str, Any] = {

@@ -15,6 +15,7 @@ import logging
 import time
 import uuid
 import weakref
+from array import array
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
@@ -67,7 +68,7 @@ from strands_slime.provider.tool_parsers import (
     get_tool_parser,
     parse_output,
 )
-from strands_slime.provider.trajectory import TokenTrajectory
+from strands_slime.provider.trajectory import TokenTrajectory, token_array
 
 try:  # Strands >= 1.62: middleware around each model call
     from strands.middleware import InvokeModelContext, InvokeModelStage
@@ -272,11 +273,11 @@ class SGLangModel(Model):
         self._tools_fingerprint: Any = None
         self.last_output_text: str | None = None
         self.last_parsed: ParsedOutput | None = None
-        self.first_prompt_ids: list[int] | None = None
-        self._cut_call: tuple[list[int], list[int], list[float]] | None = None
+        self.first_prompt_ids: array[int] | None = None
+        """The ids of the episode's first prompt (system, tools, history), once rendered (an array)."""
+        self._cut_call: tuple[list[int], array[int], array[float]] | None = None
         """A resumed episode's model call the abort cut short: (its prompt delta, the output it had
         produced, their logprobs); the next call goes on from that output."""
-        """The ids of the episode's first prompt (system, tools, history), once rendered."""
         self._constraint_reasoning: ReasoningMode | None = None
 
     @property
@@ -355,7 +356,7 @@ class SGLangModel(Model):
                 i
                 for s in segments
                 if not s.is_output
-                for i in trajectory.token_ids[s.start : s.start + s.length]
+                for i in trajectory.token_ids[s.start : s.start + s.length].tolist()
             ]
             output = trajectory.token_ids[start.token_count + len(delta) :]
             logprobs = trajectory.logprobs[start.token_count + len(delta) :]
@@ -384,7 +385,7 @@ class SGLangModel(Model):
         self._cut_call = None
         self.trajectory.begin_turn()
         self.trajectory.add_prompt(delta)
-        self.trajectory.add_output(output, list(logprobs))
+        self.trajectory.add_output(output, logprobs)
 
     def _take_cut_call(self, delta: list[int]) -> tuple[list[int], list[float]]:
         """The output (and logprobs) a resumed cut-short call had produced, to go on from; none when
@@ -397,7 +398,7 @@ class SGLangModel(Model):
             raise TrajectoryDesyncError(
                 "the resumed call's prompt renders to other ids than the call the abort cut short"
             )
-        return output, logprobs
+        return output.tolist(), logprobs.tolist()
 
     def update_config(self, **model_config: Any) -> None:
         """Change any key ``get_config`` shows (``params`` is the seed alias of ``sampling_params``,
@@ -641,7 +642,7 @@ class SGLangModel(Model):
             )
         ids = await self.templater.encode_async(text)
         if initial:
-            self.first_prompt_ids = ids
+            self.first_prompt_ids = token_array(ids)
             if system_prompt:
                 template_messages = [{"role": "system", "content": system_prompt}, *template_messages]
         return initial, ids, text, template_messages
@@ -724,10 +725,10 @@ class SGLangModel(Model):
         trace = self.request_trace(params) if self.request_trace is not None else nullcontext(None)
         try:
             with trace as record_meta:
-                # The id list is built inline and not kept here: the client encodes it and drops it before
-                # awaiting, so no large young list is scanned by the garbage collector during the request.
+                # The ids are one array built inline and not kept here: the client encodes it without
+                # making a list of it, and drops it before awaiting.
                 response = await self.client.generate(
-                    self.trajectory.token_ids + delta + cut_output,
+                    self.trajectory.token_ids + token_array(delta + cut_output),
                     params,
                     return_logprob=self.return_logprob,
                     routing_key=self.routing_key,

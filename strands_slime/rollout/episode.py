@@ -38,7 +38,7 @@ from strands_slime.provider.client_errors import SGLangAbortedError, SGLangClien
 from strands_slime.provider.limits import ToolLimiter
 from strands_slime.provider.model import SGLangModel
 from strands_slime.provider.tokenizer import load_tokenizer
-from strands_slime.provider.trajectory import TokenTrajectory
+from strands_slime.provider.trajectory import TokenTrajectory, token_array
 from strands_slime.reward.dapo import preset_reward
 from strands_slime.rollout import resume, slime_compat, startup
 from strands_slime.rollout.episode_metadata import (
@@ -514,8 +514,10 @@ async def _render_first_prompt(model: SGLangModel, agent: Agent, user_text: str)
     if not messages or messages[-1].get("role") != "user":
         messages.append({"role": "user", "content": [{"text": user_text}]})
     try:
-        model.first_prompt_ids = await model.initial_prompt_ids(
-            messages, agent.tool_registry.get_all_tool_specs(), agent.system_prompt
+        model.first_prompt_ids = token_array(
+            await model.initial_prompt_ids(
+                messages, agent.tool_registry.get_all_tool_specs(), agent.system_prompt
+            )
         )
     except Exception as exc:
         logger.debug("could not render the prompt of a failed episode: %s", exc)
@@ -586,24 +588,24 @@ def _replay_trajectory(
         if (
             len(trajectory.segment_info) < resumed_segments
             or len(trajectory) < kept
-            or trajectory.token_ids[:kept] != list(sample.tokens)
+            or trajectory.token_ids[:kept].tolist() != list(sample.tokens)
         ):
             raise RuntimeError("the resumed episode no longer extends the response the sample holds")
         segments = trajectory.segment_info[resumed_segments:]
         first_new = sample.response_length
     else:
         prompt_len = trajectory.initial_prompt_length
-        _start_response(sample, trajectory.token_ids[:prompt_len], want_top_p)
+        _start_response(sample, trajectory.token_ids[:prompt_len].tolist(), want_top_p)
         segments = trajectory.segment_info[1:]
         first_new = 0
     append = _append(sample)
     replay_experts = bool(getattr(args, "use_rollout_routing_replay", False))
     for segment in segments:
-        ids = trajectory.token_ids[segment.start : segment.start + segment.length]
+        ids = trajectory.token_ids[segment.start : segment.start + segment.length].tolist()
         if segment.is_output:
             meta = segment.meta_info or {}
             _check_replay_meta(meta, want_top_p, replay_experts)
-            logprobs = trajectory.logprobs[segment.start : segment.start + segment.length]
+            logprobs = trajectory.logprobs[segment.start : segment.start + segment.length].tolist()
             append(args, tokens=ids, log_probs=logprobs, trainable=True, meta_info=meta)
         else:
             append(args, tokens=ids, trainable=False)

@@ -206,7 +206,7 @@ def snapshot(
     trajectory: TokenTrajectory = model.trajectory
     if not trajectory.num_outputs or model.closed_trajectories:
         return None
-    if list(sample.tokens) != trajectory.token_ids:
+    if list(sample.tokens) != trajectory.token_ids.tolist():
         logger.warning("partial rollout: the sample does not hold the episode's trajectory; not saved")
         return None
     kept_messages = _resumable_messages(messages, recorder)
