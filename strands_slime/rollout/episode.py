@@ -79,11 +79,14 @@ class ResumeParts:
     """Null logprobs masked in the part the sample already held."""
 
 
-#: Small young generations (a collection's pause grows with what it walks) and no automatic full
-#: collection: the runtime runs those at quiet points (``Runtime.tune_gc``). Measured in the soak
-#: (benchmarks/soak.py, docs/soak.md): at (10,000, 20, 100) gen-1 pauses reached 111 ms and full ones
-#: 186 ms with 1,024 episodes in flight; the goal is no loop iteration over 50 ms.
-GC_THRESHOLDS = (2_000, 4, 1_000_000)
+#: Small young generations and no automatic full collection (the runtime runs those at quiet points,
+#: ``Runtime.tune_gc``): a collection's pause grows with what it walks, and what it walks at a thousand
+#: episodes in flight is mostly the token lists of samples that just finished. A gen-1 collection after
+#: every second gen-0 one walks each survivor once more, as a larger gen-1 threshold would, but in
+#: smaller pieces. Measured in the soak (benchmarks/soak.py, docs/soak.md) with 1,024 episodes in flight:
+#: gen-1 pauses 111-140 ms and full ones up to 186 ms at (10,000, 20, 100), gen-1 28-60 ms here; CPU
+#: per turn +3 % (benchmarks/bench_provider.py at 64 episodes).
+GC_THRESHOLDS = (2_000, 1, 1_000_000)
 
 
 def tune_gc_once() -> None:
