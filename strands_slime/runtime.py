@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import functools
 import gc
 import inspect
 import logging
@@ -50,6 +51,10 @@ CACHE_NAMES = (
     "logged",
 )
 """The caches a :class:`Runtime` holds, by attribute name."""
+YOUNG_COLLECTION_EVERY = 8
+"""With the GC tuned, a young (gen-0) collection after this many episodes ended. Freeing an episode
+frees hundreds of old objects, and CPython lowers its allocation count for each one, so while
+episodes end the young generation outgrows its threshold unseen and its next collection is long."""
 FULL_COLLECTION_INTERVAL_S = 300.0
 """With the GC tuned, how long at most between full collections when the process never runs out of
 live episodes (fully asynchronous rollouts); otherwise they run each time the last episode ends."""
@@ -100,6 +105,7 @@ class Runtime:
         self.quiet_collections = 0
         """Those of them that ran with no episode live (at a quiet point)."""
         self._last_full_collection = time.monotonic()
+        self._ended_since_young_collection = 0
 
     # ------------------------------------------------------------------ caches
 
@@ -183,8 +189,8 @@ class Runtime:
     @contextlib.contextmanager
     def episode(self) -> Iterator[None]:
         """Count one live episode for the block; with the GC tuned, the last one to end triggers the
-        full collection (see :meth:`tune_gc`), run from the event loop right after the episode's own
-        frame is gone, or at once outside a loop."""
+        full collection (see :meth:`tune_gc`) and every :data:`YOUNG_COLLECTION_EVERY`-th a young one,
+        run from the event loop right after the episode's own frame is gone, or at once outside a loop."""
         with self.lock:
             self.live_episodes += 1
         try:
@@ -196,11 +202,18 @@ class Runtime:
                     self.live_episodes == 0
                     or time.monotonic() - self._last_full_collection >= FULL_COLLECTION_INTERVAL_S
                 )
-            if due:
+                self._ended_since_young_collection += 1
+                young_due = (
+                    self.gc_tuned and not due and self._ended_since_young_collection >= YOUNG_COLLECTION_EVERY
+                )
+                if due or young_due:
+                    self._ended_since_young_collection = 0
+            if due or young_due:
+                collect = self._full_collection if due else functools.partial(gc.collect, 0)
                 try:
-                    asyncio.get_running_loop().call_soon(self._full_collection)
+                    asyncio.get_running_loop().call_soon(collect)
                 except RuntimeError:
-                    self._full_collection()
+                    collect()
 
     def _full_collection(self) -> None:
         """A full collection if still due (an episode may have started since it was scheduled);

@@ -802,6 +802,9 @@ async def generate(
 
     With ``executor: {workers: N}`` in the rollout config the episode runs in one of N worker
     processes (:mod:`strands_slime.rollout.executor`) and its result is written back onto ``sample``."""
+    # slime starts a rollout's samples at once: the per-sample work before the first real wait would
+    # otherwise run for all of them in one loop iteration
+    await startup.episode_turn()
     try:
         config = get_rollout_config(args)
         if config.executor.workers is not None:
