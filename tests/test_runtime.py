@@ -149,6 +149,24 @@ def test_an_overdue_full_collection_runs_with_episodes_live_but_freezes_nothing(
         runtime.reset()
 
 
+def test_every_eighth_episode_to_end_runs_a_young_collection() -> None:
+    runtime = Runtime()
+    runtime.tune_gc((1_000_000, 1_000_000, 1_000_000))  # no collection of CPython's own in between
+    try:
+        with runtime.episode():  # one stays live: no quiet point
+            before = gc.get_stats()[0]["collections"]
+            for _ in range(runtime_module.YOUNG_COLLECTION_EVERY - 1):
+                with runtime.episode():
+                    pass
+            assert gc.get_stats()[0]["collections"] == before
+            with runtime.episode():
+                pass
+            assert gc.get_stats()[0]["collections"] == before + 1
+            assert runtime.full_collections == 0
+    finally:
+        runtime.reset()
+
+
 def test_without_gc_tuning_episodes_are_counted_and_nothing_is_collected() -> None:
     runtime = Runtime()
     with runtime.episode():
