@@ -220,7 +220,9 @@ class LoopMonitor:
         self.max_quiet_collection_s = 0.0  # loop-thread CPU of intervals with a quiet-point collection
         self.quiet_collections = 0
         self.max_gc_s = 0.0
+        self.max_gc_in_flight_s = 0.0  # collections that started while an episode was live
         self.gc_over_50ms = 0
+        self._gc_in_flight = False
         self._gc_started: float | None = None
         self._thread_id = threading.get_ident()
         self._task: asyncio.Task[None] | None = None
@@ -256,9 +258,12 @@ class LoopMonitor:
             return
         if phase == "start":
             self._gc_started = time.thread_time()
+            self._gc_in_flight = get_runtime().live_episodes > 0
         elif self._gc_started is not None:
             pause = time.thread_time() - self._gc_started
             self.max_gc_s = max(self.max_gc_s, pause)
+            if self._gc_in_flight:
+                self.max_gc_in_flight_s = max(self.max_gc_in_flight_s, pause)
             self.gc_over_50ms += pause > 0.05
             self._gc_started = None
 
@@ -682,7 +687,8 @@ def _stall_detail(monitor: LoopMonitor) -> str:
         f"loop-thread CPU max {monitor.max_busy_s * 1000:.0f} ms at {monitor.max_busy_at_s:.1f} s into the "
         f"phase, {monitor.busy_over_50ms} over 50 ms; wall-clock stall max {monitor.max_stall_s * 1000:.0f} ms "
         f"at {monitor.max_stall_at_s:.1f} s, {monitor.stalls_over_50ms} over 50 ms; longest garbage collection "
-        f"{monitor.max_gc_s * 1000:.0f} ms, {monitor.gc_over_50ms} over 50 ms; with episodes in flight "
+        f"{monitor.max_gc_s * 1000:.0f} ms, {monitor.gc_over_50ms} over 50 ms (with an episode live "
+        f"{monitor.max_gc_in_flight_s * 1000:.0f} ms); with episodes in flight "
         f"loop-thread CPU max {monitor.max_busy_in_flight_s * 1000:.0f} ms; {monitor.quiet_collections} "
         f"quiet-point full collections, the longest interval with one {monitor.max_quiet_collection_s * 1000:.0f} ms"
     )

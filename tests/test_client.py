@@ -531,6 +531,22 @@ async def test_one_abort_flag_stops_many_requests_and_the_watcher_ends(fault_ser
     assert len(fault_server.requests) == 50
 
 
+async def test_an_abort_while_the_connection_opens_sends_nothing(fault_server: FaultServer) -> None:
+    """The flag is read again after the connection is ready, right before the first byte: an abort
+    that lands after the attempt's own check (while connecting, or while the watcher is still
+    cancelling a large rollout's other requests) sends nothing."""
+    from strands_slime.provider import client as client_module
+
+    def set_once_the_attempt_checked() -> bool:
+        return client_module._SEND_GUARD.get() is not None  # false at the attempt's check, true at the write
+
+    async with make_client(fault_server.url) as client:
+        with pytest.raises(SGLangAbortedError, match="was not sent: the rollout was aborted"):
+            await client.generate([1], {}, abort_check=set_once_the_attempt_checked)
+        await client.generate([2], {})  # the client (and its pool) still works
+    assert [r["input_ids"] for r in fault_server.requests] == [[2]], "the aborted request was never sent"
+
+
 async def test_caller_cancellation_stays_a_cancellation(fault_server: FaultServer) -> None:
     fault_server.delay = 30.0
     async with make_client(fault_server.url) as client:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import array
 import asyncio
+import contextvars
 import json
 import logging
 import math
@@ -85,9 +86,11 @@ _CONTEXT_RESERVING_SPECULATIVE_ALGORITHMS = frozenset({"EAGLE", "EAGLE3", "NEXTN
 """SGLang's ``SpeculativeAlgorithm.is_eagle()`` family: their draft tokens take context slots."""
 ABORT_POLL_S = 0.05
 """How often the shared watcher reads the abort flags of the requests in flight."""
-ABORT_BATCH = 64
-"""Requests cancelled per loop iteration after an abort: each then unwinds its episode (~0.1 ms), and
-a thousand at once would block the loop for over 100 ms."""
+ABORT_BATCH = 16
+"""Requests cancelled per loop iteration after an abort: each then unwinds its episode and tears down
+its connection (0.5-1 ms together on a loaded core), so 64 at once held the loop for 50-85 ms in the
+soak. A request not yet cancelled still never reaches the server: :class:`_GuardedRequest` reads the
+flag again right before the first byte is written."""
 DEFAULT_FIRST_BYTE_TIMEOUT_S = 3600.0
 """32,768 new tokens at 10 tok/s (a request's decode speed on a KV-bound engine under load) plus queueing."""
 DEFAULT_STALL_TIMEOUT_S = 60.0
@@ -289,6 +292,32 @@ class _LoopState:
     guard: AsyncIterator[None]
     slots: asyncio.Semaphore
     inflight: dict[str, asyncio.Future[Any]] = field(default_factory=dict)
+
+
+_SEND_GUARD: contextvars.ContextVar[Callable[[], bool] | None] = contextvars.ContextVar(
+    "strands_slime_send_guard", default=None
+)
+"""The abort flag of the request the current task is sending (set around one attempt)."""
+
+
+class _GuardedRequest(aiohttp.ClientRequest):
+    """A request that is not written once its rollout was aborted.
+
+    The attempt loop checks the flag before each attempt, but opening a connection takes a few loop
+    iterations, and an abort cancels a large rollout's requests over several (:data:`ABORT_BATCH`
+    per iteration): the flag is read again here, after the connection is ready and before the first
+    byte goes out. aiohttp closes the unused connection when ``send`` raises."""
+
+    async def send(self, conn: Any) -> Any:
+        """Write the request unless the current attempt's abort flag is set.
+
+        Raises:
+            SGLangAbortedError: the rollout was aborted; nothing was written.
+        """
+        check = _SEND_GUARD.get()
+        if check is not None and check():
+            raise SGLangAbortedError(f"{self.method} {self.url} was not sent: the rollout was aborted")
+        return await super().send(conn)
 
 
 class _AbortWatch:
@@ -508,7 +537,11 @@ class SGLangClient:
             total=None, connect=None, sock_connect=self.connect_timeout, sock_read=None
         )
         session = aiohttp.ClientSession(
-            connector=connector, timeout=timeout, headers=self.headers, auto_decompress=True
+            connector=connector,
+            timeout=timeout,
+            headers=self.headers,
+            auto_decompress=True,
+            request_class=_GuardedRequest,
         )
         guard = _close_at_loop_shutdown(session)
         await guard.__anext__()
@@ -604,7 +637,11 @@ class SGLangClient:
                         f"{method} {url} was not sent (attempt {attempt + 1}): the rollout was aborted"
                     )
                 try:
-                    status, raw = await self._exchange(state.session, method, url, body, headers)
+                    guard = _SEND_GUARD.set(abort_check)
+                    try:
+                        status, raw = await self._exchange(state.session, method, url, body, headers)
+                    finally:
+                        _SEND_GUARD.reset(guard)
                 except SGLangTimeoutError as exc:
                     last_error = exc
                 except (
