@@ -94,59 +94,54 @@ def _old_cycle() -> weakref.ref:
     return ref
 
 
-def test_the_last_live_episode_runs_the_full_collection_and_freezes_the_survivors() -> None:
+@pytest.fixture
+def tuned() -> Iterator[Runtime]:
+    """A runtime of its own with the GC tuned the rollout's way (no automatic full collection)."""
     runtime = Runtime()
     runtime.tune_gc((2_000, 4, 1_000_000))
-    try:
-        with runtime.episode():
-            with runtime.episode():
-                garbage = _old_cycle()
-                assert runtime.live_episodes == 2
-            assert garbage() is not None  # one episode still live: no full collection
-            assert runtime.full_collections == 0
-            survivor = _Node()  # alive at the quiet point: frozen with the rest
-            frozen_before = gc.get_freeze_count()
-        assert runtime.live_episodes == 0
-        assert garbage() is None
-        assert runtime.full_collections == runtime.quiet_collections == 1
-        assert gc.get_freeze_count() > frozen_before
-        assert survivor.me is survivor
-    finally:
-        runtime.reset()
+    yield runtime
+    runtime.reset()
 
 
-def test_the_full_collection_runs_on_the_loop_after_the_episode() -> None:
-    runtime = Runtime()
-    runtime.tune_gc((2_000, 4, 1_000_000))
+def test_the_last_live_episode_runs_the_full_collection_and_freezes_the_survivors(tuned: Runtime) -> None:
+    with tuned.episode():
+        with tuned.episode():
+            garbage = _old_cycle()
+            assert tuned.live_episodes == 2
+        assert garbage() is not None  # one episode still live: no full collection
+        assert tuned.full_collections == 0
+        survivor = _Node()  # alive at the quiet point: frozen with the rest
+        frozen_before = gc.get_freeze_count()
+    assert tuned.live_episodes == 0
+    assert garbage() is None
+    assert tuned.full_collections == tuned.quiet_collections == 1
+    assert gc.get_freeze_count() > frozen_before
+    assert survivor.me is survivor
 
+
+def test_the_full_collection_runs_on_the_loop_after_the_episode(tuned: Runtime) -> None:
     async def main() -> tuple[bool, bool]:
-        with runtime.episode():
+        with tuned.episode():
             garbage = _old_cycle()
         scheduled = garbage() is not None  # not inside the episode's own frame: a loop callback
         await asyncio.sleep(0)
         return scheduled, garbage() is None
 
-    try:
-        assert asyncio.run(main()) == (True, True)
-        assert runtime.full_collections == 1
-    finally:
-        runtime.reset()
+    assert asyncio.run(main()) == (True, True)
+    assert tuned.full_collections == 1
 
 
-def test_an_overdue_full_collection_runs_with_episodes_live_but_freezes_nothing(monkeypatch) -> None:
+def test_an_overdue_full_collection_runs_with_episodes_live_but_freezes_nothing(
+    tuned: Runtime, monkeypatch
+) -> None:
     monkeypatch.setattr(runtime_module, "FULL_COLLECTION_INTERVAL_S", 0.0)
-    runtime = Runtime()
-    runtime.tune_gc((2_000, 4, 1_000_000))
-    try:
-        with runtime.episode():
-            with runtime.episode():
-                garbage = _old_cycle()
-            frozen = gc.get_freeze_count()
-            assert garbage() is None
-            assert (runtime.full_collections, runtime.quiet_collections) == (1, 0)
-            assert gc.get_freeze_count() == frozen  # live episodes' objects are not frozen
-    finally:
-        runtime.reset()
+    with tuned.episode():
+        with tuned.episode():
+            garbage = _old_cycle()
+        frozen = gc.get_freeze_count()
+        assert garbage() is None
+        assert (tuned.full_collections, tuned.quiet_collections) == (1, 0)
+        assert gc.get_freeze_count() == frozen  # live episodes' objects are not frozen
 
 
 def test_every_eighth_episode_to_end_runs_a_young_collection() -> None:
