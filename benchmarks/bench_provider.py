@@ -795,8 +795,9 @@ def _bounds_lines(results: dict[str, Any]) -> list[str]:
         "`gc.freeze()` after start-up and `gc.set_threshold(50000, 20, 100)`. The patches and the GC "
         "settings are applied inside the driver process only, to measure the bound. *As shipped*, ours "
         "runs with the GC settings `strands_slime.generate` applies once per rollout process by default "
-        "(`gc_tuning: true`: `gc.freeze()` and gen-0 threshold 50,000, opt-out), so its *GC tuned* "
-        "column measures the same settings; the peer and the floor run with CPython's defaults.",
+        "(`gc_tuning: true`: `gc.freeze()`, thresholds 2,000 / 1 and no automatic full collection, "
+        "chosen to keep each pause short, docs/soak.md), so its *GC tuned* column shows it with fewer, "
+        "larger collections instead; the peer and the floor run with CPython's defaults.",
     ]
     return lines
 

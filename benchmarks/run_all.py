@@ -247,34 +247,33 @@ or a tokenizer call is counted as such wherever it runs). Re-measure with
 | cyclic garbage collector | 2 % |
 | benchmark driver (tool, ticker) and other native code | 9 % |
 
-Done for issue 17 (this run measures it): the provider registers an `InvokeModelStage.Input`
-middleware (public Strands API) that hands each call only the messages after its last output, so
-Strands no longer normalizes (a second deep copy) and serializes the whole history for the model-call
-span (left whole when a span records); the Jinja sandbox's attribute check is decided once per builtin
-type and name (a render ~18 % cheaper, same sandbox, same output); the benchmark runs ours with the GC
-settings `strands_slime.generate` applies once per rollout process by default (`gc_tuning: true`;
-the peer and the floor keep CPython's defaults; ours without them is the *default GC* line above).
-Paired A/B at 64 concurrent episodes (3 pairs, same GC settings on both sides): middleware and Jinja
-change 6.95 → 6.52 ms per turn (−6 %); the GC settings 5.98 → 5.35 (this run's bound).
-After this run (not in its numbers): outputs of up to 2,048 tokens are decoded on the loop instead of
-in the tokenizer thread (decoding is ~0.2 µs per token; the hand-off costs ~0.08 ms on a busy core).
-Earlier: orjson for the `/generate` JSON, no prompt id list kept alive during a request, one list
-comparison for the reply's ids.
+Done for issue 17 (earlier runs): the provider registers an `InvokeModelStage.Input` middleware
+(public Strands API) that hands each call only the messages after its last output, so Strands no
+longer normalizes (a second deep copy) and serializes the whole history for the model-call span (left
+whole when a span records); the Jinja sandbox's attribute check is decided once per builtin type and
+name (a render ~18 % cheaper, same sandbox, same output); outputs of up to 2,048 tokens are decoded on
+the loop instead of in the tokenizer thread; orjson for the `/generate` JSON; no prompt id list kept
+alive during a request.
 
-**The goal (ours/peer ≤ 0.5 at 64 and 256) is not met: 0.61 and 0.65 here** (0.44 at 1024, where the
-peer's collector takes a quarter of its CPU). ours/peer = (S + O) / (S + P) with S what Strands costs
-around a real provider (~2.4 ms per turn here: in Strands minus alone, 2.3 ms for ours and 2.5 for the
-peer; the floor plus the tracer, deep copies and events that grow with the messages), O ours (provider alone 3.0 ms, ~1 ms of it the tokenizer) and P the peer's
-(alone 6.3 ms). 0.5 needs O ≤ (P − S) / 2 ≈ 1.9 ms, under two thirds of what the provider does alone, with
-the tool-output tokenization, which any token-in/token-out provider pays, already ~1 ms. What would
-get there: Strands not serializing the history for its cycle span when no span records and not deep-
-copying it per call (the *Strands patched* column: an upstream change, not something a provider can
-switch off through a public API; the model-call part is what our middleware removes); tokenizing tool
-outputs outside the rollout process (the multi-process executor spreads it over cores, it does not
-remove it); or running the agent loop without Strands (*provider alone*).
+Done since the profile above (in this run's numbers): trajectories keep ids, mask and logprobs in
+`array`s, and the request's ids are encoded from the array's buffer (no Python int per id): RSS per
+in-flight episode 208 → 129 KB at 64 episodes, 277 → 171 KB at 1,024 (see *Garbage collector*
+below). Two changes made for the loop-blocking goal (issue 12, docs/soak.md) cost CPU here: the
+rollout's GC settings now keep every collection short (thresholds 2,000 / 1, a young collection every
+8 ended episodes; GC share of ours' CPU 6-8 %, was 1-3 %; paired A/B at 64 episodes: +3 % CPU per
+turn), and every model call passes the loop's pacing gate twice.
 
-Done after this run (not in its numbers): trajectories keep their ids, mask and logprobs in `array`
-objects, whose elements the collector does not walk (see *Garbage collector* below).
+**The goal (ours/peer ≤ 0.5 at 64 and 256) is not met: 0.58 and 0.65 in this run** (0.51 at 1,024;
+an earlier run of the same code on a quieter machine: 0.67, 0.55 and 0.47; a paired A/B at 64 with 64
+distinct episodes: 0.48-0.50). ours/peer = (S + O) / (S + P) with S what Strands costs around a real
+provider (in Strands minus alone here: 1.9 ms for ours, 2.8 for the peer), O ours alone (3.4 ms, ~1 ms
+of it the tool-output tokenization any token-in/token-out provider pays) and P the peer alone
+(6.3 ms). 0.5 needs O ≤ (P − S) / 2, about 2 ms, under two thirds of what the provider does alone.
+What would get there: Strands not serializing the history for its cycle span when no span records and
+not deep-copying it per call (an upstream change, not something a provider can switch off through a
+public API; the model-call part is what our middleware removes); tokenizing tool outputs outside the
+rollout process (the multi-process executor spreads it over cores, it does not remove it); running the
+agent loop without Strands (*provider alone*); or giving back the GC settings' 3 % for longer pauses.
 
 Left as they are, on purpose: substituting tool outputs into a pre-rendered template shape (exact only
 if the template never looks at the content, which cannot be checked); emitting fewer stream events
