@@ -188,7 +188,11 @@ async def test_report_in_chromium_sample_view_and_filters(
         await page.screenshot(tmp_path / "run.png")
 
         # open a sample with a tool call: folded call, folded result, model tokens heat-coloured
-        solved = next(r for r in records if r["metadata"]["tool_calls"] == 1 and r["reward"] == 1.0)
+        solved = next(  # samples are written as they finish: find it by its problem, not its place
+            r
+            for r in records
+            if r["label"] == "5050" and r["metadata"]["tool_calls"] == 1 and r["reward"] == 1.0
+        )
         await page.evaluate(f"document.querySelector('#rows tr[data-p=\"{records.index(solved)}\"]').click()")
         await page.wait_for("!!document.querySelector('#detail .stream')")
         counts = await page.evaluate(
