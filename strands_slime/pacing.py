@@ -19,10 +19,14 @@ import time
 import weakref
 from collections import deque
 
-__all__ = ["SLICE_S", "turn"]
+__all__ = ["MAX_BATCH", "SLICE_S", "turn"]
 
 SLICE_S = 0.005
 """Gated work admitted per loop iteration (the goal is no iteration over 50 ms)."""
+MAX_BATCH = 16
+"""At most this many waiters woken per loop iteration, whatever the learned cost says: the stretches
+that share the gate differ (an episode's set-up, handling a model reply), so a batch sized by cheap
+ones must not wake hundreds of dear ones at once."""
 
 
 class _Gate:
@@ -70,7 +74,7 @@ class _Gate:
         now = time.perf_counter()
         if self._batch:
             self._cost_s = max((now - self._batch_started) / self._batch, 1e-5)
-        size = max(1, int(SLICE_S / self._cost_s))
+        size = max(1, min(MAX_BATCH, int(SLICE_S / self._cost_s)))
         woken = 0
         while self._waiting and woken < size:
             future = self._waiting.popleft()

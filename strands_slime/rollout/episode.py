@@ -917,6 +917,9 @@ async def _episode(args: Any, sample: Any, sampling_params: Mapping[str, Any], e
     except Exception as exc:
         logger.exception("strands_slime generate failed before the episode started")
         outcome = EpisodeOutcome(status="FAILED", finish_reason="error", infra_error=_describe(exc))
+    # episodes end together (replies that arrived together, an abort cancelling dozens): filling their
+    # samples and saving their state for resumption go a few per loop iteration
+    await startup.episode_turn()
     finished = None
     if abort_check() and not outcome.aborted_by_slime:
         if outcome.status in resume.FINISHED_STATUSES:  # resuming it only reports this outcome
