@@ -198,10 +198,7 @@ class Runtime:
         finally:
             with self.lock:
                 self.live_episodes -= 1
-                due = self.gc_tuned and (
-                    self.live_episodes == 0
-                    or time.monotonic() - self._last_full_collection >= FULL_COLLECTION_INTERVAL_S
-                )
+                due = self._full_collection_due()
                 self._ended_since_young_collection += 1
                 young_due = (
                     self.gc_tuned and not due and self._ended_since_young_collection >= YOUNG_COLLECTION_EVERY
@@ -215,14 +212,21 @@ class Runtime:
                 except RuntimeError:
                     collect()
 
+    def _full_collection_due(self) -> bool:
+        """With the GC tuned: no episode is live, or the last full collection is overdue (call under
+        the lock)."""
+        return self.gc_tuned and (
+            self.live_episodes == 0
+            or time.monotonic() - self._last_full_collection >= FULL_COLLECTION_INTERVAL_S
+        )
+
     def _full_collection(self) -> None:
         """A full collection if still due (an episode may have started since it was scheduled);
         freeze what survived when no episode is live, so later collections skip it."""
         with self.lock:
-            quiet = self.live_episodes == 0
-            overdue = time.monotonic() - self._last_full_collection >= FULL_COLLECTION_INTERVAL_S
-            if not self.gc_tuned or not (quiet or overdue):
+            if not self._full_collection_due():
                 return
+            quiet = self.live_episodes == 0
             self._last_full_collection = time.monotonic()
             self.full_collections += 1
             self.quiet_collections += quiet
