@@ -834,7 +834,6 @@ async def _episode_in_workers(
     started = time.perf_counter()
     if config.gc_tuning:
         tune_gc_once()  # slime's process still holds every sample in flight
-    await startup.episode_turn()  # slime starts every episode at once: a few per loop iteration
     flag = slime_compat.abort_flag(args)
     resuming = resume.saved_state(args, sample, evaluation) is not None
     if not resuming:
