@@ -109,6 +109,7 @@ MODULE_LANES: dict[str, str] = {
     "test_silent_loss": "unit",
     "test_slime_contract": "unit",
     "test_structured_output": "unit",
+    "test_telemetry": "unit",
     "test_tokenizer": "unit",
     "test_tool_parsers": "unit",
     "test_trajectory": "unit",

@@ -60,6 +60,7 @@ from strands_slime.provider.constraints import (
     tool_call_ebnf,
     tool_choice_names,
 )
+from strands_slime.provider.telemetry import skip_messages_of_unrecorded_spans
 from strands_slime.provider.tool_parsers import (
     THINK_CLOSE,
     THINK_OPEN,
@@ -529,6 +530,7 @@ class SGLangModel(Model):
         add_middleware = getattr(agent, "add_middleware", None)
         if add_middleware is not None and InvokeModelStage is not None:
             add_middleware(InvokeModelStage.Input, self._send_only_new_messages)
+        skip_messages_of_unrecorded_spans()  # the cycle span's O(history) serialization, see telemetry.py
         self._registered_agents.add(agent)
 
     def _send_only_new_messages(self, context: InvokeModelContext) -> InvokeModelContext:
