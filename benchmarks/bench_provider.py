@@ -79,6 +79,7 @@ def plan(quick: bool) -> dict[str, Any]:
             "sweep": {1: 8, 16: 32, 64: 64},
             "bounds": {"concurrency": 16, "episodes": 32, "repeats": 1, "variants": ["without_strands"]},
             "latency_run": {"concurrency": 16, "episodes": 16, "latency_s": 0.5, "repeats": 1},
+            "side_by_side": {"concurrency": [16], "repeats": 1, "run_for_s": 8.0, "settle_s": 3.0},
             "audit_episodes": 4,
         }
     return {
@@ -88,6 +89,7 @@ def plan(quick: bool) -> dict[str, Any]:
         "sweep": {1: 32, 64: 192, 256: 256, 1024: 1024},
         "bounds": {"concurrency": 64, "episodes": 128, "repeats": 2, "variants": list(BOUND_VARIANTS)},
         "latency_run": {"concurrency": 64, "episodes": 64, "latency_s": 1.0, "repeats": 2},
+        "side_by_side": {"concurrency": [64, 256], "repeats": 3, "run_for_s": 40.0, "settle_s": 10.0},
         "audit_episodes": 16,
     }
 
@@ -231,24 +233,22 @@ class Server:
             pass
 
 
-def run_driver(
+def driver_command(
     python: Path,
     provider: str,
     server: Server | None,
     transcripts_file: Path,
     concurrency: int,
     episodes: int,
+    out: Path,
     *,
     without_strands: bool = False,
     strands_patches: bool = False,
     gc_freeze: bool = False,
     gc_threshold: tuple[int, int, int] | None = None,
     rollout_gc: bool = True,
-    timeout: float = 900,
-) -> dict[str, Any]:
-    """One driver process; returns its result plus the server CPU it caused."""
-    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as handle:
-        out = Path(handle.name)
+) -> list[str]:
+    """The command line of one driver process, pinned to the second CPU when there are two."""
     command = [
         str(python),
         str(DRIVER),
@@ -280,6 +280,41 @@ def run_driver(
         command += ["--gc-threshold", ",".join(map(str, gc_threshold))]
     if not rollout_gc:
         command.append("--no-rollout-gc")
+    return command
+
+
+def run_driver(
+    python: Path,
+    provider: str,
+    server: Server | None,
+    transcripts_file: Path,
+    concurrency: int,
+    episodes: int,
+    *,
+    without_strands: bool = False,
+    strands_patches: bool = False,
+    gc_freeze: bool = False,
+    gc_threshold: tuple[int, int, int] | None = None,
+    rollout_gc: bool = True,
+    timeout: float = 900,
+) -> dict[str, Any]:
+    """One driver process; returns its result plus the server CPU it caused."""
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as handle:
+        out = Path(handle.name)
+    command = driver_command(
+        python,
+        provider,
+        server,
+        transcripts_file,
+        concurrency,
+        episodes,
+        out,
+        without_strands=without_strands,
+        strands_patches=strands_patches,
+        gc_freeze=gc_freeze,
+        gc_threshold=gc_threshold,
+        rollout_gc=rollout_gc,
+    )
     load_before = os.getloadavg()[0]
     server_cpu = server.cpu_seconds() if server is not None else 0.0
     started = time.perf_counter()
@@ -363,6 +398,111 @@ def paired_ratios(by_provider: dict[str, list[dict[str, Any]]]) -> dict[str, flo
     }
 
 
+def window_cpu_ms_per_turn(result: dict[str, Any], start: float, end: float) -> tuple[float | None, int]:
+    """CPU ms per model call over [start, end] (``time.time()``) from a driver's timeline, less the
+    idle ticker's cost, and the calls counted in it."""
+    timeline = result.get("timeline") or []
+    inside = [sample for sample in timeline if start <= sample[0] <= end]
+    if len(inside) < 2:
+        return None, 0
+    (_, cpu_a, calls_a, ticks_a), (_, cpu_b, calls_b, ticks_b) = inside[0], inside[-1]
+    calls = calls_b - calls_a
+    cpu = (cpu_b - cpu_a) - result.get("tick_cpu_s", 0.0) * (ticks_b - ticks_a)
+    return (cpu / calls * 1e3 if calls else None), calls
+
+
+def run_side_by_side(
+    python: Path,
+    providers: list[str],
+    script: Path,
+    transcripts_file: Path,
+    concurrency: int,
+    *,
+    run_for_s: float,
+    settle_s: float,
+    timeout: float = 900,
+) -> dict[str, Any]:
+    """Every provider's driver at once, each with its own server, all drivers sharing one CPU and all
+    servers the other: the same time window, so a change in the machine's speed (a shared host) moves
+    them together. Each driver starts episodes round after round for ``run_for_s``; CPU per turn is
+    taken over the window from ``settle_s`` after the common start to the end of that time."""
+    work = Path(tempfile.mkdtemp(prefix="side-by-side-"))
+    servers = [Server(script) for _ in providers]
+    processes: list[subprocess.Popen[str]] = []
+    env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error", "TOKENIZERS_PARALLELISM": "false"}
+    try:
+        for server in servers:
+            server.__enter__()
+        outs = [work / f"{provider}.json" for provider in providers]
+        for provider, server, out in zip(providers, servers, outs, strict=True):
+            command = driver_command(
+                python, provider, server, transcripts_file, concurrency, concurrency, out
+            )
+            command += ["--wait-for-start", "--run-for", str(run_for_s)]
+            processes.append(
+                subprocess.Popen(
+                    command,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=(work / f"{provider}.err").open("w"),
+                    text=True,
+                    cwd=REPO_ROOT,
+                    env=env,
+                )
+            )
+        for provider, process in zip(providers, processes, strict=True):
+            assert process.stdout is not None
+            line = process.stdout.readline()
+            while line and line.strip() != "ready":
+                line = process.stdout.readline()
+            if not line:
+                raise RuntimeError(
+                    f"driver {provider} ended before its warm-up was done:\n{process.stderr.read()[-3000:]}"
+                )
+        start = time.time() + 0.5
+        server_cpu = [server.cpu_seconds() for server in servers]
+        for process in processes:
+            assert process.stdin is not None
+            process.stdin.write(f"{start}\n")
+            process.stdin.close()
+        for provider, process in zip(providers, processes, strict=True):
+            if process.wait(timeout=timeout) != 0:
+                error = (work / f"{provider}.err").read_text()[-3000:]
+                raise RuntimeError(f"driver {provider} failed ({process.returncode}):\n{error}")
+        results = {
+            provider: json.loads(out.read_text()) for provider, out in zip(providers, outs, strict=True)
+        }
+        cells: dict[str, Any] = {}
+        for provider, server, used_before in zip(providers, servers, server_cpu, strict=True):
+            result = results[provider]
+            ms, calls = window_cpu_ms_per_turn(result, start + settle_s, start + run_for_s)
+            server_used = server.cpu_seconds() - used_before
+            cells[provider] = {
+                "cpu_ms_per_turn": ms,
+                "calls_in_window": calls,
+                "cpu_ms_per_turn_whole_run": result["cpu_ms_per_turn"],
+                "server_cpu_ms_per_turn": server_used / result["model_calls"] * 1e3
+                if result["model_calls"]
+                else None,
+                "errors": result["errors"],
+                "gc_share": result["gc_s"] / result["cpu_s"] if result["cpu_s"] else None,
+            }
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+        for server in servers:
+            server.__exit__(None, None, None)
+        shutil.rmtree(work, ignore_errors=True)
+    ours, peer = (cells.get(name, {}).get("cpu_ms_per_turn") for name in ("ours", "peer"))
+    return {
+        "concurrency": concurrency,
+        "window_s": [settle_s, run_for_s],
+        "providers": cells,
+        "ours_over_peer": ours / peer if ours and peer else None,
+    }
+
+
 def _same_trajectories(runs_a: list[dict[str, Any]], runs_b: list[dict[str, Any]]) -> bool:
     return all(a["trajectory_tokens"] == b["trajectory_tokens"] for a, b in zip(runs_a, runs_b, strict=False))
 
@@ -430,6 +570,11 @@ def run(quick: bool = False, *, providers: list[str] | None = None) -> dict[str,
         script_file.write_text(json.dumps(transcript_data.dev_server_script(data)))
         sweep = _run_sweep(python, wanted, settings, transcripts_file, script_file)
         latency = _run_latency(python, wanted, settings, transcripts_file, script_file)
+        side_by_side = (
+            _run_side_by_side(python, settings, transcripts_file, script_file)
+            if {"ours", "peer"} <= set(wanted)
+            else None
+        )
         audit = audit_requests(python, wanted, script_file, transcripts_file, settings["audit_episodes"])
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -451,6 +596,7 @@ def run(quick: bool = False, *, providers: list[str] | None = None) -> dict[str,
         "providers": wanted,
         **sweep,
         "latency_run": latency,
+        "side_by_side": side_by_side,
         "audit": audit,
     }
 
@@ -533,6 +679,50 @@ def _run_latency(
                 runs.setdefault(provider, []).append(result)
                 _progress(provider + f" (latency {spec['latency_s']} s)", spec["concurrency"], result)
     return {**spec, "results": {provider: summarize(r) for provider, r in runs.items()}}
+
+
+def _run_side_by_side(
+    python: Path, settings: dict[str, Any], transcripts_file: Path, script: Path
+) -> dict[str, Any]:
+    """ours and the peer at once (:func:`run_side_by_side`), repeat by repeat, the start order swapped
+    every repeat; the goal's ratio is the median of the repeats' ratios."""
+    spec = settings["side_by_side"]
+    cells: dict[str, Any] = {}
+    for concurrency in spec["concurrency"]:
+        repeats = []
+        for repeat in range(spec["repeats"]):
+            order = ["ours", "peer"] if repeat % 2 == 0 else ["peer", "ours"]
+            result = run_side_by_side(
+                python,
+                order,
+                script,
+                transcripts_file,
+                concurrency,
+                run_for_s=spec["run_for_s"],
+                settle_s=spec["settle_s"],
+            )
+            repeats.append(result)
+            cells_now = result["providers"]
+            print(
+                f"  side by side x{concurrency:<5} ours {_fmt(cells_now['ours']['cpu_ms_per_turn'])} / peer "
+                f"{_fmt(cells_now['peer']['cpu_ms_per_turn'])} ms CPU/turn: {_fmt(result['ours_over_peer'])}",
+                flush=True,
+            )
+        ratios = [r["ours_over_peer"] for r in repeats if r["ours_over_peer"] is not None]
+        cells[str(concurrency)] = {
+            "repeats": repeats,
+            "ours_over_peer": statistics.median(ratios) if ratios else None,
+            "ours_over_peer_all": ratios,
+            "ours_cpu_ms_per_turn": _median_of(repeats, "ours"),
+            "peer_cpu_ms_per_turn": _median_of(repeats, "peer"),
+        }
+    return {**spec, "cells": cells}
+
+
+def _median_of(repeats: list[dict[str, Any]], provider: str) -> float | None:
+    values = [r["providers"][provider]["cpu_ms_per_turn"] for r in repeats]
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
 
 
 def _progress(label: str, concurrency: int, result: dict[str, Any]) -> None:
@@ -728,9 +918,38 @@ def render_markdown(results: dict[str, Any]) -> str:
 
 
 def _goal_lines(results: dict[str, Any]) -> list[str]:
-    """ours/peer CPU per turn, repeat by repeat, against the issue's goal."""
-    lines = [
-        "",
+    """ours/peer CPU per turn against the issue's goal: side by side when measured, else back to back."""
+    side = results.get("side_by_side") or {}
+    cells = side.get("cells") or {}
+    lines = [""]
+    if cells:
+        lines += [
+            f"ours/peer CPU per turn, **side by side** (goal: at most {OURS_OVER_PEER_GOAL} at 64 and 256 "
+            f"concurrent episodes). Both drivers run at the same time for {side['run_for_s']:.0f} s, each "
+            "with its own server (the drivers share one CPU, the servers the other), starting episodes "
+            "round after round; CPU per turn is taken from each driver's timeline over the same window, "
+            f"from {side['settle_s']:.0f} s after the common start to the end. Median of "
+            f"{side['repeats']} repeats, the start order swapped each repeat. On this shared machine one "
+            "process's CPU per turn moves by up to ±20 % from one run to the next (the server's, for "
+            "identical work, moves as much), so the back-to-back ratios of the sweep (last column) scatter; "
+            "the same window cancels that.",
+            "",
+            "| concurrent episodes | ours CPU ms/turn | peer CPU ms/turn | ours/peer | per repeat | "
+            "back to back (sweep) | goal met |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for concurrency, cell in cells.items():
+            ratio = cell.get("ours_over_peer")
+            each = ", ".join(f"{value:.2f}" for value in cell.get("ours_over_peer_all") or [])
+            sequential = ((results.get("paired_ratios") or {}).get(concurrency) or {}).get("ours_over_peer")
+            met = "n/a" if ratio is None else ("yes" if ratio <= OURS_OVER_PEER_GOAL else "no")
+            lines.append(
+                f"| {concurrency} | {_fmt(cell.get('ours_cpu_ms_per_turn'))} | "
+                f"{_fmt(cell.get('peer_cpu_ms_per_turn'))} | {_fmt(ratio)} | {each or 'n/a'} | "
+                f"{_fmt(sequential)} | {met} |"
+            )
+        return lines
+    lines += [
         f"ours/peer CPU per turn (goal: at most {OURS_OVER_PEER_GOAL} at 64 and 256 concurrent episodes; "
         "each repeat's ratio from runs made back to back, the median of them):",
         "",

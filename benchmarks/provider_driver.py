@@ -25,13 +25,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import itertools
 import json
 import os
 import statistics
 import sys
 import time
 from collections import Counter
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,7 @@ MAX_NEW_TOKENS = 4096
 TICK_S = 0.001
 RSS_EVERY_S = 0.05
 WARMUP_EPISODES = 8
+TIMELINE_EVERY_S = 0.25
 
 
 # --------------------------------------------------------------------------- Strands patches
@@ -259,6 +261,16 @@ class GcTimer:
             self.count_by_generation[info["generation"]] += 1
 
 
+async def sample_timeline(
+    timeline: list[tuple[float, float, int, int]], outcome: dict[str, Any], monitor: LoadMonitor
+) -> None:
+    """(wall clock, process CPU, model calls made so far, ticks) every TIMELINE_EVERY_S: lets a
+    harness take CPU per turn over a window that another driver ran in at the same time."""
+    while True:
+        timeline.append((time.time(), time.process_time(), outcome["calls_so_far"], len(monitor.lags)))
+        await asyncio.sleep(TIMELINE_EVERY_S)
+
+
 async def calibrate_ticker(seconds: float = 0.3) -> float:
     """CPU seconds one tick of the idle 1 ms ticker costs. At low turn rates the ticker wakes the loop
     ~1000 times a second; that cost is the monitor's, not the provider's, so it is subtracted."""
@@ -277,21 +289,38 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+def episode_indices(count: int, until: float | None) -> Iterator[int]:
+    """Each episode once; with ``until`` (a ``time.time()``), round after round until then instead."""
+    if until is None:
+        yield from range(count)
+        return
+    for index in itertools.count():
+        if time.time() >= until:
+            return
+        yield index
+
+
 async def run_episodes(
     provider: Provider,
     tool: Any,
     episodes: list[dict[str, Any]],
     concurrency: int,
     outcome: dict[str, Any],
+    until: float | None = None,
 ) -> None:
-    """Run every episode, at most ``concurrency`` at once; record calls, tokens and errors."""
+    """Run every episode (or round after round until ``until``), at most ``concurrency`` at once;
+    record calls, tokens and errors."""
     from strands import Agent
     from strands.agent.conversation_manager import NullConversationManager
+    from strands.hooks import AfterModelCallEvent
 
-    indices = iter(range(len(episodes)))
+    indices = episode_indices(len(episodes), until)
+
+    def count_call(_event: Any) -> None:
+        outcome["calls_so_far"] += 1
 
     async def run_one(index: int) -> None:
-        transcript = episodes[index]
+        transcript = episodes[index % len(episodes)]
         model = provider.model(transcript)
         agent = Agent(
             model=model,
@@ -301,6 +330,7 @@ async def run_episodes(
             conversation_manager=NullConversationManager(),
             retry_strategy=None,
         )
+        agent.add_hook(count_call, AfterModelCallEvent)
         try:
             result = await agent.invoke_async(
                 transcript["prompt"], invocation_state={}, limits={"turns": len(transcript["turns"]) + 4}
@@ -362,15 +392,16 @@ async def run_episodes_without_strands(
     episodes: list[dict[str, Any]],
     concurrency: int,
     outcome: dict[str, Any],
+    until: float | None = None,
 ) -> None:
     """The same episodes with the provider's ``stream()`` called directly: a minimal loop that builds
     the messages Strands would pass (no deep copies, telemetry, hooks or tool executor), so the CPU is
     the provider's own plus this loop's (the floor provider measures the loop)."""
     tool_specs = [tool.tool_spec]
-    indices = iter(range(len(episodes)))
+    indices = episode_indices(len(episodes), until)
 
     async def run_one(index: int) -> None:
-        transcript = episodes[index]
+        transcript = episodes[index % len(episodes)]
         model = provider.model(transcript)
         messages: list[dict[str, Any]] = [{"role": "user", "content": [{"text": transcript["prompt"]}]}]
         calls = 0
@@ -381,6 +412,7 @@ async def run_episodes_without_strands(
                 )
                 content, stop = await assemble_message(stream)
                 calls += 1
+                outcome["calls_so_far"] += 1
                 messages.append({"role": "assistant", "content": content})
                 uses = [block["toolUse"] for block in content if "toolUse" in block]
                 if stop != "tool_use" or not uses:
@@ -424,14 +456,24 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     if args.without_strands:
         outputs = transcript_data.tool_outputs(data)
 
-        async def run(episodes: list[dict[str, Any]], concurrency: int, outcome: dict[str, Any]) -> None:
-            await run_episodes_without_strands(provider, tool, outputs, episodes, concurrency, outcome)
+        async def run(
+            episodes: list[dict[str, Any]],
+            concurrency: int,
+            outcome: dict[str, Any],
+            until: float | None = None,
+        ) -> None:
+            await run_episodes_without_strands(provider, tool, outputs, episodes, concurrency, outcome, until)
     else:
 
-        async def run(episodes: list[dict[str, Any]], concurrency: int, outcome: dict[str, Any]) -> None:
-            await run_episodes(provider, tool, episodes, concurrency, outcome)
+        async def run(
+            episodes: list[dict[str, Any]],
+            concurrency: int,
+            outcome: dict[str, Any],
+            until: float | None = None,
+        ) -> None:
+            await run_episodes(provider, tool, episodes, concurrency, outcome, until)
 
-    warmup: dict[str, Any] = {"errors": Counter(), "model_calls": 0, "tokens": {}}
+    warmup: dict[str, Any] = {"errors": Counter(), "model_calls": 0, "calls_so_far": 0, "tokens": {}}
     warm = [data[-1 - i % len(data)] for i in range(min(WARMUP_EPISODES, args.concurrency))]
     await run(warm, len(warm), warmup)
     if warmup["errors"]:
@@ -452,20 +494,29 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     baseline_rss = monitor.rss()
     gc_timer = GcTimer()
     gc.callbacks.append(gc_timer)
-    outcome: dict[str, Any] = {"errors": Counter(), "model_calls": 0, "tokens": {}}
+    outcome: dict[str, Any] = {"errors": Counter(), "model_calls": 0, "calls_so_far": 0, "tokens": {}}
     profiler = None
     if args.profile:
         import cProfile
 
         profiler = cProfile.Profile()
+    if args.wait_for_start:
+        print("ready", flush=True)
+        start_at = float(await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline))
+        await asyncio.sleep(max(0.0, start_at - time.time()))
+    until = None if args.run_for is None else time.time() + args.run_for
     monitor.start()
+    timeline: list[tuple[float, float, int, int]] = []
+    sampler = asyncio.ensure_future(sample_timeline(timeline, outcome, monitor))
     cpu_start, wall_start = time.process_time(), time.perf_counter()
     times_start = os.times()
     if profiler is not None:
         profiler.enable()
-    await run(episodes, args.concurrency, outcome)
+    await run(episodes, args.concurrency, outcome, until)
     if profiler is not None:
         profiler.disable()
+    sampler.cancel()
+    timeline.append((time.time(), time.process_time(), outcome["calls_so_far"], len(monitor.lags)))
     wall = time.perf_counter() - wall_start
     cpu = time.process_time() - cpu_start
     times_end = os.times()
@@ -515,6 +566,8 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         "rss_per_episode_kb": (monitor.peak_rss - baseline_rss) / args.concurrency / 1024,
         "trajectory_tokens": [outcome["tokens"].get(i) for i in range(args.episodes)],
         "python": sys.version.split()[0],
+        "tick_cpu_s": tick_cpu_s,
+        "timeline": timeline,
     }
 
 
@@ -546,6 +599,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="gc.set_threshold(A, B, C) after the warm-up, e.g. 50000,20,100",
     )
     parser.add_argument("--profile", help="write cProfile stats of the measured phase here")
+    parser.add_argument(
+        "--wait-for-start",
+        action="store_true",
+        help='after the warm-up print "ready", read a time.time() from stdin and start the measured phase then',
+    )
+    parser.add_argument(
+        "--run-for",
+        type=float,
+        help="start episodes (round after round) for this many seconds instead of each one once",
+    )
     parser.add_argument("--out", type=Path, required=True, help="result JSON")
     args = parser.parse_args(argv)
     args.episodes = args.episodes or args.concurrency

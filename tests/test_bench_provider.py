@@ -383,3 +383,93 @@ def test_report_checks_the_ours_over_peer_goal() -> None:
     markdown = bench_provider.render_markdown(results)
     assert "| 64 | 0.45 | 0.44, 0.45, 0.47 | yes |" in markdown
     assert "| 256 | 0.55 | 0.55 | no |" in markdown
+
+
+# --------------------------------------------------------------------------- side by side
+
+
+def test_window_cpu_per_turn_uses_only_the_samples_inside_the_window() -> None:
+    result = {
+        "tick_cpu_s": 0.001,
+        # (time.time(), process CPU s, calls so far, ticks)
+        "timeline": [(100.0, 1.0, 0, 0), (101.0, 2.0, 100, 10), (102.0, 2.5, 200, 20), (103.0, 4.0, 250, 30)],
+    }
+    ms, calls = bench_provider.window_cpu_ms_per_turn(result, 100.5, 102.5)
+    assert calls == 100
+    assert ms == pytest.approx((0.5 - 0.001 * 10) / 100 * 1e3)
+    assert bench_provider.window_cpu_ms_per_turn(result, 100.5, 101.5) == (None, 0)  # one sample: no window
+
+
+def test_driver_runs_round_after_round_from_the_start_it_is_given(
+    small_transcripts: list[dict[str, Any]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+    import time
+
+    path = tmp_path / "t.json"
+    transcript_data.save(small_transcripts, path)
+    start = time.time() + 0.3
+    monkeypatch.setattr("sys.stdin", io.StringIO(f"{start}\n"))
+    result = _run_driver(
+        tmp_path,
+        *("--provider", "floor", "--transcripts", str(path), "--concurrency", "3", "--episodes", "6"),
+        *("--wait-for-start", "--run-for", "1.0"),
+    )
+    once = sum(len(t["turns"]) for t in small_transcripts)
+    assert result["errors"] == {}
+    assert result["model_calls"] > once  # the six episodes, round after round for a second
+    timeline = result["timeline"]
+    assert timeline[0][0] >= start
+    assert [sample[2] for sample in timeline] == sorted(sample[2] for sample in timeline)
+    assert timeline[-1][2] == result["model_calls"]  # every call counted as it happened
+    ms, calls = bench_provider.window_cpu_ms_per_turn(result, start, start + 1.0)
+    assert calls > 0 and ms is not None and ms > 0
+
+
+def test_side_by_side_runs_both_drivers_in_one_window(
+    small_transcripts: list[dict[str, Any]], tmp_path: Path
+) -> None:
+    import sys
+
+    path = tmp_path / "t.json"
+    transcript_data.save(small_transcripts, path)
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps(transcript_data.dev_server_script(small_transcripts)))
+    result = bench_provider.run_side_by_side(
+        Path(sys.executable), ["ours", "floor"], script, path, 2, run_for_s=3.0, settle_s=1.0
+    )
+    assert result["window_s"] == [1.0, 3.0]
+    for name in ("ours", "floor"):
+        cell = result["providers"][name]
+        assert cell["errors"] == {}
+        assert cell["calls_in_window"] > 0 and cell["cpu_ms_per_turn"] > 0
+    assert result["ours_over_peer"] is None  # no peer in this run
+
+
+def test_report_judges_the_goal_side_by_side() -> None:
+    results = synthetic_results()
+    results["paired_ratios"] = {"64": {"total": 2.0, "ours_over_peer": 0.52, "ours_over_peer_all": [0.52]}}
+    results["side_by_side"] = {
+        "concurrency": [64, 256],
+        "repeats": 2,
+        "run_for_s": 40.0,
+        "settle_s": 10.0,
+        "cells": {
+            "64": {
+                "ours_over_peer": 0.48,
+                "ours_over_peer_all": [0.47, 0.49],
+                "ours_cpu_ms_per_turn": 4.1,
+                "peer_cpu_ms_per_turn": 8.5,
+            },
+            "256": {
+                "ours_over_peer": 0.61,
+                "ours_over_peer_all": [0.6, 0.62],
+                "ours_cpu_ms_per_turn": 4.9,
+                "peer_cpu_ms_per_turn": 8.0,
+            },
+        },
+    }
+    markdown = bench_provider.render_markdown(results)
+    assert "**side by side**" in markdown
+    assert "| 64 | 4.10 | 8.50 | 0.48 | 0.47, 0.49 | 0.52 | yes |" in markdown
+    assert "| 256 | 4.90 | 8.00 | 0.61 | 0.60, 0.62 | n/a | no |" in markdown
