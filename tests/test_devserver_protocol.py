@@ -117,6 +117,11 @@ async def slow_server():
         yield srv
 
 
+def parsed_keys(keys: list[str]) -> list[str]:
+    """meta_info keys as the client keeps them: the per-token entries are parsed into fields."""
+    return [key for key in keys if key not in ("input_token_logprobs", "output_token_logprobs")]
+
+
 @pytest.fixture
 async def client(server):
     async with SGLangClient(server.url, max_retries=0) as c:
@@ -138,8 +143,12 @@ async def test_response_body_and_meta_info_keys_in_build_order(server, client, q
     expected_ids = qwen3_tokenizer.encode(HELLO, add_special_tokens=False) + [IM_END]
     assert response.output_ids == expected_ids
     assert response.text == HELLO
-    meta = response.meta_info
-    assert list(meta) == META_KEYS
+    status, body = await post(server, {"input_ids": prompt, "return_logprob": True})
+    assert status == 200 and list(body["meta_info"]) == META_KEYS  # the server's, as built
+    meta = response.meta_info  # the client's: less the per-token entries it parsed
+    assert list(meta) == [
+        key for key in META_KEYS if key not in ("input_token_logprobs", "output_token_logprobs")
+    ]
     assert re.fullmatch(r"[0-9a-f]{32}", meta["id"])  # default rid: uuid4().hex
     assert meta["prompt_tokens"] == len(prompt)
     assert meta["completion_tokens"] == len(expected_ids) == meta["output_token_logprobs_length"]
@@ -516,13 +525,24 @@ async def test_max_new_tokens_zero(server, client):
 
 async def test_output_logprob_entries(server, client, qwen3_tokenizer):
     prompt = chat(qwen3_tokenizer, "hi")
-    response = await client.generate(prompt, {})
-    entries = response.meta_info["output_token_logprobs"]
-    assert len(entries) == len(response.output_ids) == response.meta_info["output_token_logprobs_length"]
-    assert [entry[1] for entry in entries] == response.output_ids
+    status, body = await post(server, {"input_ids": prompt, "return_logprob": True})
+    assert status == 200
+    meta = body["meta_info"]
+    entries = meta["output_token_logprobs"]
+    assert len(entries) == len(body["output_ids"]) == meta["output_token_logprobs_length"]
+    assert [entry[1] for entry in entries] == body["output_ids"]
     assert all(entry[2] is None for entry in entries)
-    assert [entry[0] for entry in entries] == scripted_output_logprobs(prompt, response.output_ids)
-    assert response.meta_info["input_token_logprobs"] == []  # logprob_start_len defaults to -1
+    assert [entry[0] for entry in entries] == scripted_output_logprobs(prompt, body["output_ids"])
+    assert meta["input_token_logprobs"] == []  # logprob_start_len defaults to -1
+    # The client parses the entries into ids and logprobs and keeps the rest of meta_info.
+    response = await client.generate(prompt, {})
+    assert response.output_ids == body["output_ids"]
+    assert response.output_logprobs == [entry[0] for entry in entries]
+    assert response.input_logprobs == []
+    assert (
+        "output_token_logprobs" not in response.meta_info and "input_token_logprobs" not in response.meta_info
+    )
+    assert response.meta_info["output_token_logprobs_length"] == len(entries)
 
 
 @pytest.mark.parametrize("flag", ["return_text_in_logprobs", "return_prompt_token_ids"])
@@ -537,8 +557,13 @@ async def test_unimplemented_response_extras_are_refused(server, flag):
 @pytest.mark.parametrize("start", [0, 2, 5])
 async def test_input_logprobs_from_logprob_start_len(server, client, start):
     prompt = [11, 12, 13, 14, 15]
+    status, body = await post(
+        server, {"input_ids": prompt, "return_logprob": True, "logprob_start_len": start}
+    )
+    assert status == 200
+    entries = body["meta_info"]["input_token_logprobs"]
     response = await client.generate(prompt, {}, logprob_start_len=start)
-    entries = response.meta_info["input_token_logprobs"]
+    assert response.input_logprobs == [entry[0] for entry in entries]
     assert len(entries) == len(prompt) - start
     assert [entry[1] for entry in entries] == prompt[start:]
     if entries:
@@ -929,7 +954,7 @@ async def test_abort_running_returns_partial_output(slow_server, slow_client, qw
     assert 0 < len(response.output_ids) < len(LONG_IDS)
     assert response.output_ids == LONG_IDS[: len(response.output_ids)]
     assert len(response.output_logprobs) == len(response.output_ids) == response.completion_tokens
-    assert list(response.meta_info) == META_KEYS  # complete meta_info
+    assert list(response.meta_info) == parsed_keys(META_KEYS)  # complete meta_info
     assert response.prompt_tokens == len(prompt)
 
 
@@ -941,7 +966,7 @@ async def test_abort_queued_returns_queued_shape(slow_server, slow_client, qwen3
     await slow_client.abort("q")
     response = await queued
     assert (response.text, response.output_ids) == ("", [])
-    assert list(response.meta_info) == QUEUED_META_KEYS
+    assert list(response.meta_info) == parsed_keys(QUEUED_META_KEYS)
     assert response.meta_info["finish_reason"] == {"type": "abort", "message": "Abort in waiting queue"}
     assert response.meta_info["completion_tokens"] == 0 and response.prompt_tokens is None
     await slow_client.abort("r")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import array
 import asyncio
 import contextvars
+import gc
 import json
 import logging
 import math
@@ -24,7 +25,8 @@ import random
 import sys
 import time
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -135,7 +137,10 @@ class FinishReason:
 
 @dataclass(slots=True)
 class GenerateResponse:
-    """A parsed ``/generate`` reply. Aborted generations are results too (see :attr:`is_abort`)."""
+    """A parsed ``/generate`` reply. Aborted generations are results too (see :attr:`is_abort`).
+
+    ``meta_info`` is the server's, less ``output_token_logprobs`` and ``input_token_logprobs``: their
+    ids and logprobs are ``output_ids``, ``output_logprobs`` and ``input_logprobs``."""
 
     text: str
     output_ids: list[int]
@@ -189,15 +194,18 @@ class GenerateResponse:
         if not isinstance(meta, Mapping):
             raise SGLangDecodingError("the /generate reply has no meta_info object")
         meta = dict(meta)
-        entries = meta.get("output_token_logprobs") or []
+        # The per-token entries ([logprob, id, text] lists, one per token) are parsed into the fields
+        # below and not kept: hundreds of small lists per reply would otherwise stay alive with the
+        # response for the garbage collector to walk.
+        entries = meta.pop("output_token_logprobs", None) or []
+        input_entries = meta.pop("input_token_logprobs", None) or []
         output_ids = body.get("output_ids")
         try:
             if output_ids is None:
                 output_ids = [int(entry[1]) for entry in entries]
             logprobs = [None if (value := entry[0]) is None else float(value) for entry in entries]
             input_logprobs = [
-                None if (value := entry[0]) is None else float(value)
-                for entry in meta.get("input_token_logprobs") or []
+                None if (value := entry[0]) is None else float(value) for entry in input_entries
             ]
         except (TypeError, IndexError, ValueError) as exc:
             raise SGLangDecodingError(f"malformed logprob entries in /generate reply: {exc}") from exc
@@ -270,6 +278,27 @@ def _encode_token_ids(token_ids: Any) -> bytes:
         except TypeError:  # not plain ints (numpy scalars, > 64 bits): the stdlib decides
             pass
     return _encode_json(token_ids)
+
+
+def _parse_generate(reply: Any) -> GenerateResponse:
+    if isinstance(reply, list):
+        raise SGLangDecodingError("/generate returned a batch for a single prompt (n > 1?)")
+    return GenerateResponse.parse(reply)
+
+
+@contextmanager
+def _young_collections_deferred() -> Iterator[None]:
+    """No garbage collection while a reply is decoded and parsed. Decoding makes one small list per
+    token, parsing frees them: a collection in between would walk them all, and everything else young,
+    for nothing. Left as it is when the collector is off."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def _decode_json(raw: bytes) -> Any:
@@ -598,8 +627,10 @@ class SGLangClient:
         max_retries: int | None = None,
         expect_json: bool = True,
         abort_check: Callable[[], bool] | None = None,
+        parse: Callable[[Any], Any] | None = None,
     ) -> Any:
-        """Send one request with the retry policy; return the decoded JSON body (None when empty).
+        """Send one request with the retry policy; return the decoded JSON body (None when empty), or
+        what ``parse`` makes of it (its errors are raised as they are, never retried).
 
         ``body`` is an already encoded JSON payload (then ``payload`` must be None). Once
         ``abort_check()`` is true, no attempt is sent any more and any wait (pool, backoff, reply)
@@ -613,7 +644,7 @@ class SGLangClient:
         if headers:
             send_headers.update(headers)
         retries = self.max_retries if max_retries is None else max_retries
-        attempts = self._attempts(method, url, body, send_headers, retries, expect_json, abort_check)
+        attempts = self._attempts(method, url, body, send_headers, retries, expect_json, abort_check, parse)
         return await run_abortable(attempts, abort_check, f"{method} {url}")
 
     async def _attempts(
@@ -625,6 +656,7 @@ class SGLangClient:
         retries: int,
         expect_json: bool,
         abort_check: Callable[[], bool] | None,
+        parse: Callable[[Any], Any] | None = None,
     ) -> Any:
         last_error: SGLangClientError | None = None
         for attempt in range(retries + 1):
@@ -654,11 +686,20 @@ class SGLangClient:
                     if status == 200:
                         if not expect_json or not raw.strip():
                             return None
-                        try:
-                            return _decode_json(raw)
-                        except ValueError as exc:
-                            excerpt = raw[:BODY_EXCERPT_CHARS].decode(errors="replace")
-                            last_error = SGLangDecodingError(f"invalid JSON from {url} ({exc}): {excerpt!r}")
+                        with _young_collections_deferred():
+                            try:
+                                decoded = _decode_json(raw)
+                            except ValueError as exc:
+                                excerpt = raw[:BODY_EXCERPT_CHARS].decode(errors="replace")
+                                last_error = SGLangDecodingError(
+                                    f"invalid JSON from {url} ({exc}): {excerpt!r}"
+                                )
+                            else:
+                                if parse is None:
+                                    return decoded
+                                parsed = parse(decoded)
+                                del decoded  # its per-token lists go before collections resume
+                                return parsed
                     else:
                         last_error = classify_http_error(
                             status, raw.decode(errors="replace"), url=url, attempts=attempt + 1
@@ -758,10 +799,9 @@ class SGLangClient:
         # Encoded: drop the id list before awaiting. A young list of thousands of ids would be scanned by
         # every garbage-collector pass while hundreds of requests are in flight.
         del payload, input_ids
-        reply = await self.request("POST", "/generate", body=body, headers=headers, abort_check=abort_check)
-        if isinstance(reply, list):
-            raise SGLangDecodingError("/generate returned a batch for a single prompt (n > 1?)")
-        return GenerateResponse.parse(reply)
+        return await self.request(
+            "POST", "/generate", body=body, headers=headers, abort_check=abort_check, parse=_parse_generate
+        )
 
     @property
     def metadata_retries(self) -> int:
