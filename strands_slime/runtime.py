@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
-import functools
 import gc
 import inspect
 import logging
@@ -55,6 +54,11 @@ YOUNG_COLLECTION_EVERY = 8
 """With the GC tuned, a young (gen-0) collection after this many episodes ended. Freeing an episode
 frees hundreds of old objects, and CPython lowers its allocation count for each one, so while
 episodes end the young generation outgrows its threshold unseen and its next collection is long."""
+YOUNG_COLLECTION_EVERY_REPLIES = 32
+"""With the GC tuned, a young (gen-0) collection after this many model replies were handled. A reply
+frees what its request held since it was sent (old objects by then), and each one lowers CPython's
+allocation count as above: when a wave of replies arrives at once, the young generation grows far
+past its threshold before the count says so (35-38 ms gen-1 pauses at 1,024 episodes in flight)."""
 FULL_COLLECTION_INTERVAL_S = 300.0
 """With the GC tuned, how long at most between full collections when the process never runs out of
 live episodes (fully asynchronous rollouts); otherwise they run each time the last episode ends."""
@@ -106,6 +110,9 @@ class Runtime:
         """Those of them that ran with no episode live (at a quiet point)."""
         self._last_full_collection = time.monotonic()
         self._ended_since_young_collection = 0
+        self._replies_since_young_collection = 0
+        self.young_collections = 0
+        """Young collections scheduled by :meth:`episode` and :meth:`reply_handled` (the GC tuned)."""
 
     # ------------------------------------------------------------------ caches
 
@@ -205,12 +212,40 @@ class Runtime:
                 )
                 if due or young_due:
                     self._ended_since_young_collection = 0
-            if due or young_due:
-                collect = self._full_collection if due else functools.partial(gc.collect, 0)
-                try:
-                    asyncio.get_running_loop().call_soon(collect)
-                except RuntimeError:
-                    collect()
+                    self._replies_since_young_collection = 0
+            if due:
+                self._soon(self._full_collection)
+            elif young_due:
+                self._soon(self._young_collection)
+
+    def reply_handled(self) -> None:
+        """Count one model reply handled; with the GC tuned, every
+        :data:`YOUNG_COLLECTION_EVERY_REPLIES`-th schedules a young collection on the running loop."""
+        if not self.gc_tuned:
+            return
+        with self.lock:
+            self._replies_since_young_collection += 1
+            if self._replies_since_young_collection < YOUNG_COLLECTION_EVERY_REPLIES:
+                return
+            self._replies_since_young_collection = 0
+        self._soon(self._young_collection)
+
+    def _young_collection(self) -> None:
+        """Collect the young generation, and the middle one when CPython would with it: an explicit
+        ``gc.collect(0)`` counts toward the middle generation's threshold but never collects it, so
+        young collections alone would let it grow without bound."""
+        with self.lock:
+            self.young_collections += 1
+        gc.collect(1 if gc.get_count()[1] > gc.get_threshold()[1] else 0)
+
+    @staticmethod
+    def _soon(collect: Callable[[], Any]) -> None:
+        """Run ``collect`` from the running loop once the current callback is done (its frames, and
+        what only they held, gone), or at once outside a loop."""
+        try:
+            asyncio.get_running_loop().call_soon(collect)
+        except RuntimeError:
+            collect()
 
     def _full_collection_due(self) -> bool:
         """With the GC tuned: no episode is live, or the last full collection is overdue (call under

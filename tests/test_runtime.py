@@ -162,6 +162,60 @@ def test_every_eighth_episode_to_end_runs_a_young_collection() -> None:
         runtime.reset()
 
 
+def test_every_32nd_handled_reply_runs_a_young_collection_on_the_loop() -> None:
+    runtime = Runtime()
+    runtime.tune_gc((1_000_000, 1_000_000, 1_000_000))  # no collection of CPython's own in between
+
+    async def main() -> tuple[int, int, int]:
+        before = gc.get_stats()[0]["collections"]
+        for _ in range(runtime_module.YOUNG_COLLECTION_EVERY_REPLIES - 1):
+            runtime.reply_handled()
+        await asyncio.sleep(0)
+        not_yet = gc.get_stats()[0]["collections"] - before
+        runtime.reply_handled()
+        scheduled = gc.get_stats()[0]["collections"] - before  # a loop callback, not in the caller
+        await asyncio.sleep(0)
+        return not_yet, scheduled, gc.get_stats()[0]["collections"] - before
+
+    try:
+        with runtime.episode():  # one live: no quiet point
+            assert asyncio.run(main()) == (0, 0, 1)
+            assert (runtime.young_collections, runtime.full_collections) == (1, 0)
+    finally:
+        runtime.reset()
+
+
+def test_scheduled_young_collections_also_collect_the_middle_generation_when_due() -> None:
+    """``gc.collect(0)`` never collects generation 1 but counts toward it: the runtime's young
+    collections collect it when CPython's own would, so it cannot grow without bound."""
+    runtime = Runtime()
+    runtime.tune_gc((1_000_000, 1, 1_000_000))
+    try:
+        with runtime.episode():
+            gc.collect(1)  # the middle generation's count starts at 0
+            before = [stats["collections"] for stats in gc.get_stats()]
+            for _ in range(4):
+                for _ in range(runtime_module.YOUNG_COLLECTION_EVERY):
+                    with runtime.episode():  # outside a loop: the young collection runs at once
+                        pass
+            after = [stats["collections"] for stats in gc.get_stats()]
+        assert runtime.young_collections == 4
+        # As CPython's own: the middle generation once its count (young collections since its last
+        # one) passes the threshold of 1, i.e. after every second young-only collection.
+        assert (after[0] - before[0], after[1] - before[1], after[2] - before[2]) == (3, 1, 0)
+    finally:
+        runtime.reset()
+
+
+def test_without_gc_tuning_replies_collect_nothing() -> None:
+    runtime = Runtime()
+    before = gc.get_stats()[0]["collections"]
+    for _ in range(runtime_module.YOUNG_COLLECTION_EVERY_REPLIES * 2):
+        runtime.reply_handled()
+    assert runtime.young_collections == 0
+    assert gc.get_stats()[0]["collections"] - before <= 1  # at most one of CPython's own
+
+
 def test_without_gc_tuning_episodes_are_counted_and_nothing_is_collected() -> None:
     runtime = Runtime()
     with runtime.episode():

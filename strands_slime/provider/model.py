@@ -70,6 +70,7 @@ from strands_slime.provider.tool_parsers import (
     parse_output,
 )
 from strands_slime.provider.trajectory import TokenTrajectory, token_array
+from strands_slime.runtime import get_runtime
 
 try:  # Strands >= 1.62: middleware around each model call
     from strands.middleware import InvokeModelContext, InvokeModelStage
@@ -750,6 +751,7 @@ class SGLangModel(Model):
         self.stats.turn_seconds.append(time.perf_counter() - started)
         self.stats.generation_seconds += self.stats.turn_seconds[-1]
         self.stats.model_calls += 1
+        get_runtime().reply_handled()
         await pacing.turn()  # replies that arrived together are handled a few per loop iteration
 
         if response.is_abort:
