@@ -84,8 +84,8 @@ class ResumeParts:
 #: episodes in flight is mostly the token lists of samples that just finished. A gen-1 collection after
 #: every second gen-0 one walks each survivor once more, as a larger gen-1 threshold would, but in
 #: smaller pieces. Measured in the soak (benchmarks/soak.py, docs/soak.md) with 1,024 episodes in flight:
-#: gen-1 pauses 111-140 ms and full ones up to 186 ms at (10,000, 20, 100), gen-1 28-60 ms here; CPU
-#: per turn +3 % (benchmarks/bench_provider.py at 64 episodes).
+#: gen-1 pauses 111-140 ms and full ones up to 186 ms at (10,000, 20, 100), 70 ms at (6,000, 1), 13-27 ms
+#: here with the runtime's scheduled young collections; CPU per turn +3 % (benchmarks/bench_provider.py).
 GC_THRESHOLDS = (2_000, 1, 1_000_000)
 
 
