@@ -29,6 +29,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -420,12 +421,14 @@ def run_side_by_side(
     *,
     run_for_s: float,
     settle_s: float,
+    options: Mapping[str, Mapping[str, Any]] | None = None,
     timeout: float = 900,
 ) -> dict[str, Any]:
     """Every provider's driver at once, each with its own server, all drivers sharing one CPU and all
     servers the other: the same time window, so a change in the machine's speed (a shared host) moves
     them together. Each driver starts episodes round after round for ``run_for_s``; CPU per turn is
-    taken over the window from ``settle_s`` after the common start to the end of that time."""
+    taken over the window from ``settle_s`` after the common start to the end of that time.
+    ``options``: :func:`driver_command` keywords per provider (a bound variant)."""
     work = Path(tempfile.mkdtemp(prefix="side-by-side-"))
     servers = [Server(script) for _ in providers]
     processes: list[subprocess.Popen[str]] = []
@@ -436,7 +439,14 @@ def run_side_by_side(
         outs = [work / f"{provider}.json" for provider in providers]
         for provider, server, out in zip(providers, servers, outs, strict=True):
             command = driver_command(
-                python, provider, server, transcripts_file, concurrency, concurrency, out
+                python,
+                provider,
+                server,
+                transcripts_file,
+                concurrency,
+                concurrency,
+                out,
+                **dict((options or {}).get(provider, {})),
             )
             command += ["--wait-for-start", "--run-for", str(run_for_s)]
             processes.append(
