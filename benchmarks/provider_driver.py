@@ -453,25 +453,15 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     misses: Counter[str] = Counter()
     tool = make_tool(transcript_data.tool_outputs(data), misses)
     provider = Provider(args.provider, args.url, args.max_connections)
-    if args.without_strands:
-        outputs = transcript_data.tool_outputs(data)
+    outputs = transcript_data.tool_outputs(data) if args.without_strands else None
 
-        async def run(
-            episodes: list[dict[str, Any]],
-            concurrency: int,
-            outcome: dict[str, Any],
-            until: float | None = None,
-        ) -> None:
-            await run_episodes_without_strands(provider, tool, outputs, episodes, concurrency, outcome, until)
-    else:
-
-        async def run(
-            episodes: list[dict[str, Any]],
-            concurrency: int,
-            outcome: dict[str, Any],
-            until: float | None = None,
-        ) -> None:
+    async def run(
+        episodes: list[dict[str, Any]], concurrency: int, outcome: dict[str, Any], until: float | None = None
+    ) -> None:
+        if outputs is None:
             await run_episodes(provider, tool, episodes, concurrency, outcome, until)
+        else:
+            await run_episodes_without_strands(provider, tool, outputs, episodes, concurrency, outcome, until)
 
     warmup: dict[str, Any] = {"errors": Counter(), "model_calls": 0, "calls_so_far": 0, "tokens": {}}
     warm = [data[-1 - i % len(data)] for i in range(min(WARMUP_EPISODES, args.concurrency))]
