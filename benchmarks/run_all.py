@@ -144,8 +144,9 @@ def provider_findings(results: dict[str, Any]) -> list[str]:
     lines += [
         "",
         "Ours is not 2x cheaper than the peer *in total* at 64 and 256 concurrent episodes because much "
-        "of every turn is not the provider's: Strands' agent loop (the floor: deep copies of the history "
-        "and OpenTelemetry serialization of every message on every cycle, even with no tracer), and, for "
+        "of every turn is not the provider's: Strands' agent loop (the floor: a deep copy of the history "
+        "on every model call, stream events, hooks, spans; ours also turns off Strands' serialization of "
+        "the history for cycle spans that do not record, which the floor still pays), and, for "
         "any token-in/token-out provider, tokenizing the tool output (~0.7 µs per token with Hugging Face "
         "tokenizers' fastest entry point, ~0.7 ms per turn at these sizes) and one aiohttp round trip. "
         "The cyclic garbage collector walking every live episode's token lists weighs on the peer (its "
@@ -226,26 +227,28 @@ def render_document(results: dict[str, dict[str, Any]], plot_written: bool) -> s
     return "\n".join(lines).rstrip() + "\n"
 
 
-PROVIDER_PROFILE = """### Where the CPU goes (profile of 2026-11-23)
+PROVIDER_PROFILE = """### Where the CPU goes (profile of 2026-11-23, 22:50)
 
-py-spy (`record --native -r 250`) on the driver of ours at 64 concurrent episodes (192 episodes, the
-code of this run), shares of the driver's non-idle samples, each sample counted once (a collector pass
-or a tokenizer call is counted as such wherever it runs). Re-measure with
-`py-spy record --native -f raw -o out.raw -- .venv-peer/bin/python benchmarks/provider_driver.py ...`.
+py-spy (`record --native -r 200`, attached for 20 s of the measured phase only) on the driver of ours
+at 64 concurrent episodes, the code of this run: shares of the driver's non-idle samples, each sample
+counted once, by the innermost frame that names a part (a collector pass or a tokenizer call counts
+as such wherever it runs). Re-measure by starting the driver with `--wait-for-start --run-for 25`,
+attaching `py-spy record --native -f raw --pid PID --duration 20` once it prints `ready`, then writing
+the start time to its stdin.
 
 | share of samples (ours, in Strands, as shipped) | share |
 |---|---|
-| Strands: agent loop, stream events, hooks, tool executor, ids | 25 % |
-| Hugging Face tokenizers (native; ~1,070 tool-output tokens per turn, mostly in the worker thread) | 17 % |
-| the provider's own Python (prompt delta, reply parsing, events) | 11 % |
-| asyncio and the hand-off to the tokenizer thread | 9 % |
-| Strands' tracer: JSON of every message of the history, every cycle, no tracer configured | 8 % |
-| Strands' deep copies of the history (the middleware context, every call) | 6 % |
-| aiohttp | 5 % |
-| chat template (jinja2 sandbox) | 5 % |
-| JSON (orjson for `/generate`; Strands parsing tool input) | 2 % |
-| cyclic garbage collector | 2 % |
-| benchmark driver (tool, ticker) and other native code | 9 % |
+| Strands: agent loop, stream events, hooks, tool executor, ids (its native calls included) | 29 % |
+| the provider's own Python (prompt delta, reply parsing, trajectory, events) | 15 % |
+| Hugging Face tokenizers (native; ~1,070 tool-output tokens per turn, mostly in the worker thread) | 12 % |
+| asyncio (tasks, the loop, the hand-off to the tokenizer thread) | 9 % |
+| aiohttp | 9 % |
+| chat template (jinja2 sandbox) | 7 % |
+| Strands' deep copy of the history (the middleware context, every model call) | 6 % |
+| cyclic garbage collector | 4 % |
+| JSON (orjson for `/generate`; Strands parsing tool input) | 3 % |
+| Strands' tracer: spans (no message serialization left when no span records) | 3 % |
+| benchmark driver (tool, ticker) | 3 % |
 
 Done for issue 17 (earlier runs): the provider registers an `InvokeModelStage.Input` middleware
 (public Strands API) that hands each call only the messages after its last output, so Strands no
@@ -253,33 +256,47 @@ longer normalizes (a second deep copy) and serializes the whole history for the 
 whole when a span records); the Jinja sandbox's attribute check is decided once per builtin type and
 name (a render ~18 % cheaper, same sandbox, same output); outputs of up to 2,048 tokens are decoded on
 the loop instead of in the tokenizer thread; orjson for the `/generate` JSON; no prompt id list kept
-alive during a request.
+alive during a request; trajectories keep ids, mask and logprobs in `array`s and the request's ids
+are encoded from the array's buffer (RSS per in-flight episode 208 → 129 KB at 64 episodes).
 
-Done since the profile above (in this run's numbers): trajectories keep ids, mask and logprobs in
-`array`s, and the request's ids are encoded from the array's buffer (no Python int per id): RSS per
-in-flight episode 208 → 129 KB at 64 episodes, 277 → 171 KB at 1,024 (see *Garbage collector*
-below). Two changes made for the loop-blocking goal (issue 12, docs/soak.md) cost CPU here: the
-rollout's GC settings now keep every collection short (thresholds 2,000 / 1, a young collection every
-8 ended episodes; GC share of ours' CPU 6-8 %, was 1-3 %; paired A/B at 64 episodes: +3 % CPU per
-turn), and every model call passes the loop's pacing gate twice.
+Done in this run, each measured side by side against the peer at 64 concurrent episodes (median of 3):
 
-**The goal (ours/peer ≤ 0.5 at 64 and 256) is not met: 0.58 and 0.65 in this run** (0.51 at 1,024;
-an earlier run of the same code on a quieter machine: 0.67, 0.55 and 0.47; a paired A/B at 64 with 64
-distinct episodes: 0.48-0.50). ours/peer = (S + O) / (S + P) with S what Strands costs around a real
-provider (in Strands minus alone here: 1.9 ms for ours, 2.8 for the peer), O ours alone (3.4 ms, ~1 ms
-of it the tool-output tokenization any token-in/token-out provider pays) and P the peer alone
-(6.3 ms). 0.5 needs O ≤ (P − S) / 2, about 2 ms, under two thirds of what the provider does alone.
-What would get there: Strands not serializing the history for its cycle span when no span records and
-not deep-copying it per call (an upstream change, not something a provider can switch off through a
-public API; the model-call part is what our middleware removes); tokenizing tool outputs outside the
-rollout process (the multi-process executor spreads it over cores, it does not remove it); running the
-agent loop without Strands (*provider alone*); or giving back the GC settings' 3 % for longer pauses.
+- **Strands' cycle-span serialization skipped when the span does not record**
+  (`strands_slime/provider/telemetry.py`): Strands' tracer mapped and JSON-serialized the whole
+  history on every cycle for a span OpenTelemetry then dropped (8 % of the samples in the earlier
+  profile). The provider wraps that one tracer method once per process so that it returns at once for
+  a span that does not record and does all it did for one that does (traces are unchanged; tested
+  with a recording OpenTelemetry SDK). ours/peer 0.65 → 0.62.
+- **A `/generate` reply is decoded and parsed with collections deferred, and its per-token logprob
+  lists are not kept** in `meta_info` (their ids and logprobs are the response's fields): a young
+  collection triggered by the decoder's hundreds of small lists walked them and everything else young.
+  GC share of ours' CPU 7.1 → 4.8 %; ours/peer 0.62 → 0.60.
+- **The comparison itself is now side by side**: both drivers at once in the same window (the table
+  above). Run back to back, one process's CPU per turn moved by up to ±20 % between runs on this
+  shared machine (the server's own CPU per turn for identical work moved as much), so the sweep's
+  back-to-back ratios for the same code ranged 0.51-0.90; side by side the three repeats of a cell
+  agree within ±3 %. The earlier reported 0.58 / 0.65 were back-to-back medians.
+
+Tried and left out: a young-generation threshold of 6,000 (GC share 4.8 → 2.5 %, ours/peer 0.60 →
+0.58) makes gen-1 pauses of 70 ms at 1,024 episodes in flight, over issue 12's 50 ms; the runtime's
+young collection every 32 handled replies, which that goal needs (docs/soak.md), costs about 2 %
+here (0.58 without it in one side-by-side run of 3).
+
+**The goal (ours/peer ≤ 0.5 at 64 and 256 side by side) is not met** (table above). ours/peer =
+(S + O) / (S + P) with S what Strands costs around a real provider, O ours alone and P the peer alone
+(the *provider alone* rows). 0.5 needs O ≤ (P − S) / 2. What is left of ours is spread thin: a
+tokenizer every token-in/token-out provider pays, aiohttp's request path, a sandboxed Jinja render,
+asyncio. What would get there: Strands not deep-copying the history on every model call (an upstream
+change: the copy is made before any middleware runs); tokenizing tool outputs outside the rollout
+process (the multi-process executor spreads it over cores, it does not remove it); running the agent
+loop without Strands (*provider alone*); or giving back the GC settings' pause bounds.
 
 Left as they are, on purpose: substituting tool outputs into a pre-rendered template shape (exact only
 if the template never looks at the content, which cannot be checked); emitting fewer stream events
 (Strands treats `contentBlockStart` of text as optional, but callback handlers may count on it);
-tokenizing texts over 2 KB on the event loop (saves the thread hand-off on one core, blocks the loop
-for milliseconds on large outputs)."""
+tokenizing texts over 2 KB on the event loop (saves the thread hand-off on one core, but on the
+many-core machines slime runs on the thread tokenizes in parallel with the loop); an unsandboxed Jinja
+environment (chat templates come with checkpoints)."""
 
 
 PROVIDER_METHOD = """### How the provider benchmark works
