@@ -18,6 +18,7 @@ driver to CPU 1.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -423,79 +424,86 @@ def run_side_by_side(
     taken over the window from ``settle_s`` after the common start to the end of that time.
     ``options``: :func:`driver_command` keywords per provider (a bound variant)."""
     work = Path(tempfile.mkdtemp(prefix="side-by-side-"))
-    servers = [Server(script) for _ in providers]
     processes: list[subprocess.Popen[str]] = []
     env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error", "TOKENIZERS_PARALLELISM": "false"}
+
+    def stderr_of(provider: str) -> str:
+        return (work / f"{provider}.err").read_text()[-3000:]
+
     try:
-        for server in servers:
-            server.__enter__()
-        outs = [work / f"{provider}.json" for provider in providers]
-        for provider, server, out in zip(providers, servers, outs, strict=True):
-            command = driver_command(
-                python,
-                provider,
-                server,
-                transcripts_file,
-                concurrency,
-                concurrency,
-                out,
-                **dict((options or {}).get(provider, {})),
-            )
-            command += ["--wait-for-start", "--run-for", str(run_for_s)]
-            processes.append(
-                subprocess.Popen(
-                    command,
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE,
-                    stderr=(work / f"{provider}.err").open("w"),
-                    text=True,
-                    cwd=REPO_ROOT,
-                    env=env,
+        with contextlib.ExitStack() as servers_up:
+            servers = [servers_up.enter_context(Server(script)) for _ in providers]
+            outs = [work / f"{provider}.json" for provider in providers]
+            for provider, server, out in zip(providers, servers, outs, strict=True):
+                command = driver_command(
+                    python,
+                    provider,
+                    server,
+                    transcripts_file,
+                    concurrency,
+                    concurrency,
+                    out,
+                    **dict((options or {}).get(provider, {})),
                 )
-            )
-        for provider, process in zip(providers, processes, strict=True):
-            assert process.stdout is not None
-            line = process.stdout.readline()
-            while line and line.strip() != "ready":
+                command += ["--wait-for-start", "--run-for", str(run_for_s)]
+                with (work / f"{provider}.err").open("w") as stderr:
+                    processes.append(
+                        subprocess.Popen(
+                            command,
+                            stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE,
+                            stderr=stderr,
+                            text=True,
+                            cwd=REPO_ROOT,
+                            env=env,
+                        )
+                    )
+            for provider, process in zip(providers, processes, strict=True):
+                assert process.stdout is not None
                 line = process.stdout.readline()
-            if not line:
-                raise RuntimeError(
-                    f"driver {provider} ended before its warm-up was done:\n{process.stderr.read()[-3000:]}"
-                )
-        start = time.time() + 0.5
-        server_cpu = [server.cpu_seconds() for server in servers]
-        for process in processes:
-            assert process.stdin is not None
-            process.stdin.write(f"{start}\n")
-            process.stdin.close()
-        for provider, process in zip(providers, processes, strict=True):
-            if process.wait(timeout=timeout) != 0:
-                error = (work / f"{provider}.err").read_text()[-3000:]
-                raise RuntimeError(f"driver {provider} failed ({process.returncode}):\n{error}")
-        results = {
-            provider: json.loads(out.read_text()) for provider, out in zip(providers, outs, strict=True)
-        }
-        cells: dict[str, Any] = {}
-        for provider, server, used_before in zip(providers, servers, server_cpu, strict=True):
-            result = results[provider]
-            ms, calls = window_cpu_ms_per_turn(result, start + settle_s, start + run_for_s)
-            server_used = server.cpu_seconds() - used_before
-            cells[provider] = {
-                "cpu_ms_per_turn": ms,
-                "calls_in_window": calls,
-                "cpu_ms_per_turn_whole_run": result["cpu_ms_per_turn"],
-                "server_cpu_ms_per_turn": server_used / result["model_calls"] * 1e3
-                if result["model_calls"]
-                else None,
-                "errors": result["errors"],
-                "gc_share": result["gc_s"] / result["cpu_s"] if result["cpu_s"] else None,
+                while line and line.strip() != "ready":
+                    line = process.stdout.readline()
+                if not line:
+                    raise RuntimeError(
+                        f"driver {provider} ended before its warm-up was done:\n{stderr_of(provider)}"
+                    )
+            start = time.time() + 0.5
+            server_cpu = [server.cpu_seconds() for server in servers]
+            for process in processes:
+                assert process.stdin is not None
+                process.stdin.write(f"{start}\n")
+                process.stdin.close()
+            for provider, process in zip(providers, processes, strict=True):
+                if process.wait(timeout=timeout) != 0:
+                    raise RuntimeError(
+                        f"driver {provider} failed ({process.returncode}):\n{stderr_of(provider)}"
+                    )
+            results = {
+                provider: json.loads(out.read_text()) for provider, out in zip(providers, outs, strict=True)
             }
+            cells: dict[str, Any] = {}
+            for provider, server, used_before in zip(providers, servers, server_cpu, strict=True):
+                result = results[provider]
+                ms, calls = window_cpu_ms_per_turn(result, start + settle_s, start + run_for_s)
+                server_used = server.cpu_seconds() - used_before
+                cells[provider] = {
+                    "cpu_ms_per_turn": ms,
+                    "calls_in_window": calls,
+                    "cpu_ms_per_turn_whole_run": result["cpu_ms_per_turn"],
+                    "server_cpu_ms_per_turn": server_used / result["model_calls"] * 1e3
+                    if result["model_calls"]
+                    else None,
+                    "errors": result["errors"],
+                    "gc_share": result["gc_s"] / result["cpu_s"] if result["cpu_s"] else None,
+                }
     finally:
         for process in processes:
             if process.poll() is None:
                 process.kill()
-        for server in servers:
-            server.__exit__(None, None, None)
+                process.wait()
+            for pipe in (process.stdin, process.stdout):
+                if pipe is not None and not pipe.closed:
+                    pipe.close()
         shutil.rmtree(work, ignore_errors=True)
     ours, peer = (cells.get(name, {}).get("cpu_ms_per_turn") for name in ("ours", "peer"))
     return {

@@ -180,6 +180,7 @@ TEST_LANES: dict[str, str] = {
     "test_rollout::test_sandbox_timeout_is_a_tool_result": "slow",  # 5 s
     "test_sandbox_tool::test_tool_runs_code_and_counts": "slow",  # 6 s
     "test_bench_provider::test_side_by_side_runs_both_drivers_in_one_window": "slow",  # two drivers, two servers
+    "test_bench_provider::test_side_by_side_says_why_a_driver_ended_before_its_warm_up": "slow",  # two servers
     "test_scripts::test_a_misspelled_rollout_config_key_fails_the_dry_run": "slow",  # 8 s
     "test_scripts::test_a_running_cluster_is_refused_unless_reused_and_never_stopped": "slow",  # 21 s
     "test_scripts::test_a_signal_to_the_foreground_launcher_stops_the_job_at_once": "slow",  # 8 s

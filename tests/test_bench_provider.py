@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import array
+import importlib.util
 import json
 import math
 from pathlib import Path
@@ -473,3 +474,24 @@ def test_report_judges_the_goal_side_by_side() -> None:
     assert "**side by side**" in markdown
     assert "| 64 | 4.10 | 8.50 | 0.48 | 0.47, 0.49 | 0.52 | yes |" in markdown
     assert "| 256 | 4.90 | 8.00 | 0.61 | 0.60, 0.62 | n/a | no |" in markdown
+
+
+def test_side_by_side_says_why_a_driver_ended_before_its_warm_up(
+    small_transcripts: list[dict[str, Any]], tmp_path: Path
+) -> None:
+    import sys
+
+    path = tmp_path / "t.json"
+    transcript_data.save(small_transcripts, path)
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps(transcript_data.dev_server_script(small_transcripts)))
+    # The test interpreter has no strands-sglang: the peer's driver fails before its warm-up ends.
+    pytest.importorskip("strands", reason="the floor driver needs Strands")
+    if importlib.util.find_spec("strands_sglang") is not None:
+        pytest.skip("strands-sglang is installed here: the peer's driver would start")
+    with pytest.raises(
+        RuntimeError, match=r"driver peer ended before its warm-up was done:\n(.|\n)*strands_sglang"
+    ):
+        bench_provider.run_side_by_side(
+            Path(sys.executable), ["floor", "peer"], script, path, 2, run_for_s=3.0, settle_s=1.0
+        )
