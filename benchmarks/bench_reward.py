@@ -24,6 +24,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
+from strands_slime.episode_metadata import EpisodeMetadata  # noqa: E402
 from strands_slime.reward.dapo import RewardConfig, reward_func  # noqa: E402
 from strands_slime.reward.math_answer import MathVerifier, check_answer, math_verify_available  # noqa: E402
 from strands_slime.reward.math_answer.normalize import (  # noqa: E402
@@ -31,7 +32,6 @@ from strands_slime.reward.math_answer.normalize import (  # noqa: E402
     _normalize_label_cached,
     _parse_number_cached,
 )
-from strands_slime.rollout.episode_metadata import EpisodeMetadata  # noqa: E402
 
 RESULTS_PATH = REPO_ROOT / "benchmarks" / "results" / "reward.json"
 

@@ -329,6 +329,7 @@ async def run_episodes(
             callback_handler=None,
             conversation_manager=NullConversationManager(),
             retry_strategy=None,
+            plugins=[model.plugin()] if provider.name == "ours" else [],  # as the README writes it
         )
         agent.add_hook(count_call, AfterModelCallEvent)
         try:
@@ -473,7 +474,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     gc.collect()
     rollout_gc = args.provider == "ours" and args.rollout_gc
     if rollout_gc:
-        from strands_slime.rollout.episode import tune_gc_once
+        from strands_slime.rollout.gc_policy import tune_gc_once
 
         tune_gc_once()  # what strands_slime.generate does in the rollout process (gc_tuning: true)
     if args.gc_freeze:

@@ -55,11 +55,11 @@ import aiohttp  # noqa: E402
 import psutil  # noqa: E402
 
 from strands_slime import generate, reward_func  # noqa: E402
+from strands_slime.episode_metadata import EpisodeMetadata  # noqa: E402
 from strands_slime.provider.tokenizer import load_tokenizer  # noqa: E402
-from strands_slime.rollout.episode_metadata import EpisodeMetadata  # noqa: E402
+from strands_slime.rollout.gc_policy import gc_policy  # noqa: E402
 from strands_slime.rollout.offline import RolloutOptions, sampling_params, slime_args  # noqa: E402
 from strands_slime.rollout.slime_compat import Sample, status_name  # noqa: E402
-from strands_slime.runtime import get_runtime  # noqa: E402
 
 DOC_PATH = REPO_ROOT / "docs" / "soak.md"
 STATUSES = ("completed", "truncated", "aborted", "failed")
@@ -202,7 +202,7 @@ class LoopMonitor:
     the GIL). Loop-thread CPU (``time.thread_time``) between two wakes: what the loop itself spent,
     i.e. real blocking, unaffected by other processes; the goal applies to it. Garbage collections
     on the loop's thread are timed apart (they are part of both figures). An interval in which the
-    runtime ran its quiet-point full collection (``Runtime.tune_gc``: right after the last live
+    runtime ran its quiet-point full collection (``rollout.gc_policy``: right after the last live
     episode ended, so no episode waited for it) is counted apart too: ``max_busy_s`` is the longest
     of all, ``max_busy_in_flight_s`` the longest of the others.
     """
@@ -231,15 +231,15 @@ class LoopMonitor:
         loop = asyncio.get_running_loop()
         phase_start = loop.time()
         busy_before = time.thread_time()
-        runtime = get_runtime()
-        collections_before = runtime.quiet_collections
+        policy = gc_policy()
+        collections_before = policy.quiet_collections
         while True:
             started = loop.time()
             await asyncio.sleep(self.PERIOD_S)
             now, busy_now = loop.time(), time.thread_time()
             stall = now - started - self.PERIOD_S
             busy, busy_before = busy_now - busy_before, busy_now
-            collections_now = runtime.quiet_collections
+            collections_now = policy.quiet_collections
             if collections_now != collections_before:
                 self.quiet_collections += collections_now - collections_before
                 self.max_quiet_collection_s = max(self.max_quiet_collection_s, busy)
@@ -258,7 +258,7 @@ class LoopMonitor:
             return
         if phase == "start":
             self._gc_started = time.thread_time()
-            self._gc_in_flight = get_runtime().live_episodes > 0
+            self._gc_in_flight = gc_policy().live_episodes > 0
         elif self._gc_started is not None:
             pause = time.thread_time() - self._gc_started
             self.max_gc_s = max(self.max_gc_s, pause)

@@ -19,9 +19,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from strands_slime.episode_metadata import EpisodeMetadata
 from strands_slime.provider.chat import ChatTemplater
 from strands_slime.provider.trajectory import mask_runs
-from strands_slime.rollout.episode_metadata import EpisodeMetadata
 
 
 @dataclass

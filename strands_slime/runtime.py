@@ -9,7 +9,9 @@ workers) from async code, :meth:`Runtime.reset` does the same synchronously (tes
 exit).
 
 This module imports nothing of the package (every other module may import it); the caches hold
-whatever their users put there and are released by duck typing (``close()``/``kill()``).
+whatever their users put there and are released by duck typing (``close()``/``kill()``, ``reset()``
+for the objects in :attr:`Runtime.state`). It owns caches, not policies: what the garbage collector
+does during a rollout is decided in :mod:`strands_slime.rollout.gc_policy`, whose state is held here.
 
 State scoped to one event loop (per-loop start-up gates, abort watchers, a client's per-loop
 sessions) stays with its module in ``WeakKeyDictionary``s keyed by the loop, and goes with the loop.
@@ -21,14 +23,12 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import contextlib
-import gc
+import collections
 import inspect
 import logging
 import threading
-import time
 import weakref
-from collections.abc import Callable, Hashable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable
 from typing import Any, TypeVar
 
 __all__ = ["CACHE_NAMES", "Runtime", "get_runtime"]
@@ -48,20 +48,10 @@ CACHE_NAMES = (
     "sandboxes",
     "executors",
     "logged",
+    "counters",
+    "state",
 )
 """The caches a :class:`Runtime` holds, by attribute name."""
-YOUNG_COLLECTION_EVERY = 8
-"""With the GC tuned, a young (gen-0) collection after this many episodes ended. Freeing an episode
-frees hundreds of old objects, and CPython lowers its allocation count for each one, so while
-episodes end the young generation outgrows its threshold unseen and its next collection is long."""
-YOUNG_COLLECTION_EVERY_REPLIES = 32
-"""With the GC tuned, a young (gen-0) collection after this many model replies were handled. A reply
-frees what its request held since it was sent (old objects by then), and each one lowers CPython's
-allocation count as above: when a wave of replies arrives at once, the young generation grows far
-past its threshold before the count says so (35-38 ms gen-1 pauses at 1,024 episodes in flight)."""
-FULL_COLLECTION_INTERVAL_S = 300.0
-"""With the GC tuned, how long at most between full collections when the process never runs out of
-live episodes (fully asynchronous rollouts); otherwise they run each time the last episode ends."""
 _CLOSE_WAIT_S = 10.0
 """How long :meth:`Runtime.close` waits for one resource of another live event loop to close (and
 :meth:`Runtime.reset` for one on an idle loop)."""
@@ -101,18 +91,12 @@ class Runtime:
         """Episode executors (their worker processes) per event loop and key (``executor.get_executor``)."""
         self.logged: set[str] = set()
         """Messages :meth:`first_time` has seen (errors logged once per process)."""
-        self._gc_saved_threshold: tuple[int, int, int] | None = None
-        self.live_episodes = 0
-        """Episodes running in this process now (:meth:`episode`)."""
-        self.full_collections = 0
-        """Full collections :meth:`episode` ran (the GC tuned), at quiet points or when overdue."""
-        self.quiet_collections = 0
-        """Those of them that ran with no episode live (at a quiet point)."""
-        self._last_full_collection = time.monotonic()
-        self._ended_since_young_collection = 0
-        self._replies_since_young_collection = 0
-        self.young_collections = 0
-        """Young collections scheduled by :meth:`episode` and :meth:`reply_handled` (the GC tuned)."""
+        self.counters: collections.Counter[str] = collections.Counter()
+        """Process-wide event counts (:meth:`count`), e.g. abort-flag reads that raised."""
+        self.state: dict[str, Any] = {}
+        """Process-wide stateful objects of other modules (``rollout.gc_policy``'s policy, whether this
+        process is an executor worker, ...); :meth:`reset`/:meth:`close` call ``reset()`` on those that
+        have it before emptying the dict."""
 
     # ------------------------------------------------------------------ caches
 
@@ -152,138 +136,20 @@ class Runtime:
             self.logged.add(message)
             return True
 
-    # ------------------------------------------------------------------ garbage collector
-
-    @property
-    def gc_tuned(self) -> bool:
-        """Whether :meth:`tune_gc` is in effect."""
-        return self._gc_saved_threshold is not None
-
-    def tune_gc(self, thresholds: tuple[int, int, int]) -> bool:
-        """Freeze what is alive now, set the collector's thresholds and move full collections to quiet points.
-
-        Why: a collection walks every object of the generations it collects, so its pause grows with
-        what is alive. The long-lived heap (slime's, ours) is frozen once, small young generations
-        keep each gen-0/gen-1 pause short, and the full (gen-2) collection, whose pause grows with the
-        episodes in flight (hundreds of milliseconds at a thousand), is left to :meth:`episode`: it
-        runs when the last live episode ends, then freezes what survived (long-lived again), or every
-        :data:`FULL_COLLECTION_INTERVAL_S` when the process never runs out of episodes. Give
-        ``thresholds[2]`` large so CPython's own full collections stay out of the way.
-
-        Once per runtime: later calls do nothing until :meth:`restore_gc` (or a reset/close) undoes it.
-
-        Returns:
-            True when this call tuned the collector.
-        """
+    def count(self, name: str, amount: int = 1) -> int:
+        """Add ``amount`` to the process-wide counter ``name``; returns its new value."""
         with self.lock:
-            if self._gc_saved_threshold is not None:
-                return False
-            self._gc_saved_threshold = gc.get_threshold()
-            gc.freeze()
-            gc.set_threshold(*thresholds)
-            self._last_full_collection = time.monotonic()
-            return True
-
-    def restore_gc(self) -> None:
-        """Undo :meth:`tune_gc`: unfreeze the frozen objects and restore the thresholds it found."""
-        with self.lock:
-            saved, self._gc_saved_threshold = self._gc_saved_threshold, None
-            if saved is None:
-                return
-            gc.unfreeze()
-            gc.set_threshold(*saved)
-
-    @contextlib.contextmanager
-    def episode(self) -> Iterator[None]:
-        """Count one live episode for the block; with the GC tuned, the last one to end triggers the
-        full collection (see :meth:`tune_gc`) and every :data:`YOUNG_COLLECTION_EVERY`-th a young one,
-        run from the event loop right after the episode's own frame is gone, or at once outside a loop."""
-        with self.lock:
-            self.live_episodes += 1
-        try:
-            yield
-        finally:
-            with self.lock:
-                self.live_episodes -= 1
-                due = self._full_collection_due()
-                self._ended_since_young_collection += 1
-                young_due = (
-                    self.gc_tuned and not due and self._ended_since_young_collection >= YOUNG_COLLECTION_EVERY
-                )
-                if due or young_due:
-                    self._ended_since_young_collection = 0
-                    self._replies_since_young_collection = 0
-            if due:
-                self._soon(self._full_collection)
-            elif young_due:
-                self._soon(self._young_collection)
-
-    def reply_handled(self) -> None:
-        """Count one model reply handled; with the GC tuned, every
-        :data:`YOUNG_COLLECTION_EVERY_REPLIES`-th schedules a young collection on the running loop."""
-        if not self.gc_tuned:
-            return
-        with self.lock:
-            self._replies_since_young_collection += 1
-            if self._replies_since_young_collection < YOUNG_COLLECTION_EVERY_REPLIES:
-                return
-            self._replies_since_young_collection = 0
-        self._soon(self._young_collection)
-
-    def _young_collection(self) -> None:
-        """Collect the young generation, and the middle one when CPython would with it: an explicit
-        ``gc.collect(0)`` counts toward the middle generation's threshold but never collects it, so
-        young collections alone would let it grow without bound."""
-        with self.lock:
-            self.young_collections += 1
-        gc.collect(1 if gc.get_count()[1] > gc.get_threshold()[1] else 0)
-
-    @staticmethod
-    def _soon(collect: Callable[[], Any]) -> None:
-        """Run ``collect`` from the running loop once the current callback is done (its frames, and
-        what only they held, gone), or at once outside a loop."""
-        try:
-            asyncio.get_running_loop().call_soon(collect)
-        except RuntimeError:
-            collect()
-
-    def _full_collection_due(self) -> bool:
-        """With the GC tuned: no episode is live, or the last full collection is overdue (call under
-        the lock)."""
-        return self.gc_tuned and (
-            self.live_episodes == 0
-            or time.monotonic() - self._last_full_collection >= FULL_COLLECTION_INTERVAL_S
-        )
-
-    def _full_collection(self) -> None:
-        """A full collection if still due (an episode may have started since it was scheduled);
-        freeze what survived when no episode is live, so later collections skip it."""
-        with self.lock:
-            if not self._full_collection_due():
-                return
-            quiet = self.live_episodes == 0
-            self._last_full_collection = time.monotonic()
-            self.full_collections += 1
-            self.quiet_collections += quiet
-        started = time.perf_counter()
-        found = gc.collect()
-        with self.lock:
-            if quiet and self.live_episodes == 0 and self.gc_tuned:
-                gc.freeze()
-        logger.debug(
-            "full garbage collection (%s): %d unreachable objects, %.1f ms",
-            "quiet point" if quiet else "overdue",
-            found,
-            (time.perf_counter() - started) * 1000,
-        )
+            self.counters[name] += amount
+            return self.counters[name]
 
     # ------------------------------------------------------------------ release
 
     def _take_all(
         self, keep: frozenset[str] = frozenset()
     ) -> tuple[list[Any], list[tuple[asyncio.AbstractEventLoop, Any]], list[Any]]:
-        """Empty every cache but those named in ``keep``; return what needs releasing: clients,
-        (loop, resource) pairs (episode executors first, then sandboxes) and math-verify verifiers."""
+        """Empty every cache but those named in ``keep`` (the stateful objects reset first); return what
+        needs releasing: clients, (loop, resource) pairs (episode executors first, then sandboxes) and
+        math-verify verifiers."""
         unknown = keep - set(CACHE_NAMES)
         if unknown:
             raise ValueError(f"no such runtime caches: {sorted(unknown)}; known: {', '.join(CACHE_NAMES)}")
@@ -297,9 +163,17 @@ class Runtime:
                 for resource in resources.values()
             ]
             verifiers = [] if "verifiers" in keep else list(self.verifiers.values())
+            stateful = [] if "state" in keep else list(self.state.values())
             for name in CACHE_NAMES:
                 if name not in keep:
                     getattr(self, name).clear()
+        for value in stateful:
+            reset = getattr(value, "reset", None)
+            if callable(reset):
+                try:
+                    reset()
+                except Exception:
+                    logger.exception("resetting %r failed", value)
         return clients, per_loop, verifiers
 
     async def close(self) -> None:
@@ -308,11 +182,10 @@ class Runtime:
         Clients and the episode executors and sandboxes of the running loop are closed here (executor
         workers exit; they are killed after a grace period); those of another live loop are closed on
         that loop (waiting at most 10 s each); those of a closed or stopped loop are killed at once.
-        math-verify workers are stopped off the event loop. The garbage-collector
-        tuning is undone. A failure to release one resource is logged and the rest still released.
+        math-verify workers are stopped off the event loop. The stateful objects of :attr:`state` are
+        reset (the rollout's garbage-collector tuning is undone). A failure to release one resource is logged and the rest still released.
         """
         clients, per_loop, verifiers = self._take_all()
-        self.restore_gc()
         running = asyncio.get_running_loop()
         for client in clients:
             await _quietly(client.close(), f"closing {client!r}")
@@ -331,7 +204,8 @@ class Runtime:
             await _quietly(asyncio.to_thread(verifier.close), "stopping math-verify workers")
 
     def reset(self, *, keep: Iterable[str] = ()) -> None:
-        """Synchronous :meth:`close` for tests and interpreter exit: empty the caches, undo the GC tuning.
+        """Synchronous :meth:`close` for tests and interpreter exit: empty the caches, reset the stateful
+        objects (the GC tuning is undone).
 
         A sandbox or an episode executor is closed on its event loop when that loop is idle (a
         module-scoped test loop between tests; at most 10 s), else killed at once (an executor waits a
@@ -348,7 +222,6 @@ class Runtime:
             ValueError: ``keep`` names a cache that does not exist (nothing is reset then).
         """
         _, per_loop, verifiers = self._take_all(frozenset(keep))
-        self.restore_gc()
         for loop, resource in per_loop:
             _close_now(loop, resource)
         for verifier in verifiers:
@@ -358,9 +231,9 @@ class Runtime:
                 logger.exception("stopping math-verify workers failed")
 
     def is_empty(self) -> bool:
-        """True when no cache holds anything and the GC is not tuned (what a full reset leaves)."""
+        """True when no cache holds anything (what a full reset leaves)."""
         with self.lock:
-            return not any(getattr(self, name) for name in CACHE_NAMES) and not self.gc_tuned
+            return not any(getattr(self, name) for name in CACHE_NAMES)
 
 
 async def _quietly(awaitable: Any, what: str) -> None:

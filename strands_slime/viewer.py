@@ -21,7 +21,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from strands_slime.rollout.episode_metadata import EpisodeMetadata
+from strands_slime.episode_metadata import EpisodeMetadata
 
 TEMPLATE = "viewer.html"
 DATA_MARKER = "/*__REPORT_DATA__*/"

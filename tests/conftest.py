@@ -126,6 +126,7 @@ MODULE_LANES: dict[str, str] = {
     "test_resume": "integration",
     "test_rollout": "integration",
     "test_runtime": "integration",
+    "test_gc_policy": "integration",
     "test_sandbox": "integration",
     "test_sandbox_tool": "integration",
     "test_scripts": "integration",

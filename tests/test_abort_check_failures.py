@@ -10,16 +10,16 @@ from collections.abc import Callable
 
 import pytest
 
-from strands_slime.provider import client
-from strands_slime.provider.client import ABORT_POLL_S, abort_check_failures, run_abortable
+from strands_slime.aborts import ABORT_POLL_S, abort_check_failures, run_abortable
 from strands_slime.rollout.metrics import compute_rollout_metrics
 from strands_slime.rollout.slime_compat import Sample
 
 
 @pytest.fixture(autouse=True)
-def _fresh_process(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each test sees a process in which no abort check has failed yet (the warning is once per process)."""
-    monkeypatch.setattr(client, "_abort_check_failures", 0)
+def _fresh_process() -> None:
+    """Each test sees a process in which no abort check has failed yet (the warning is once per process):
+    the runtime holds the counter and the logged-once set, and every test starts with an empty runtime."""
+    assert abort_check_failures() == 0
 
 
 def _breaks_after_first_read(message: str) -> Callable[[], bool]:
@@ -45,7 +45,7 @@ async def _until(condition: Callable[[], bool], deadline_s: float) -> None:
 
 
 async def test_a_failing_abort_check_is_logged_once_and_counted(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.WARNING, logger="strands_slime.provider.client")
+    caplog.set_level(logging.WARNING, logger="strands_slime.aborts")
     for message in ("state torn down", "another cause"):
         done = asyncio.Event()
         request = asyncio.ensure_future(run_abortable(done.wait(), _breaks_after_first_read(message)))

@@ -510,7 +510,7 @@ async def test_set_abort_flag_sends_nothing(fault_server: FaultServer) -> None:
 
 
 async def test_one_abort_flag_stops_many_requests_and_the_watcher_ends(fault_server: FaultServer) -> None:
-    from strands_slime.provider.client import _ABORT_WATCHES
+    from strands_slime.aborts import _ABORT_WATCHES
 
     fault_server.delay = 30.0
     aborted = threading.Event()

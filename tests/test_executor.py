@@ -370,7 +370,7 @@ async def test_workers_die_with_their_parent(server: DevServer) -> None:
 async def test_a_wait_added_while_the_abort_poller_unwinds_is_still_watched() -> None:
     """Found through the workers: one request's wait ends (the idle poller is cancelled) and the next
     wait starts in the same step, before the cancelled poller has unwound; it must still be aborted."""
-    from strands_slime.provider.client import SGLangAbortedError, run_abortable
+    from strands_slime.aborts import AbortedError, run_abortable
 
     flag = threading.Event()
 
@@ -381,5 +381,5 @@ async def test_a_wait_added_while_the_abort_poller_unwinds_is_still_watched() ->
     episode = asyncio.ensure_future(two_waits())
     await asyncio.sleep(0.05)
     flag.set()
-    with pytest.raises(SGLangAbortedError):
+    with pytest.raises(AbortedError):
         await asyncio.wait_for(episode, 2)

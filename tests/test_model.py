@@ -60,6 +60,7 @@ def make_agent(model: SGLangModel, *hooks: Any, tools: list[Any] | None = None) 
         conversation_manager=NullConversationManager(),
         retry_strategy=None,
         hooks=list(hooks),
+        plugins=[model.plugin()],
     )
 
 

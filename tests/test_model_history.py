@@ -64,6 +64,7 @@ def make_agent(model: SGLangModel) -> Agent:
         callback_handler=None,
         conversation_manager=NullConversationManager(),
         retry_strategy=None,
+        plugins=[model.plugin()],
     )
 
 
@@ -183,10 +184,11 @@ async def test_a_recording_span_keeps_the_whole_history(qwen3_tokenizer: Any, cl
             model=model,
         )
 
-    trimmed = model._send_only_new_messages(context())
+    plugin = model.plugin()
+    trimmed = plugin._send_only_new_messages(context())
     assert trimmed.messages == messages[-2:]
     span = TracerProvider().get_tracer("test").start_span("recording")  # not installed globally
     assert span.is_recording()
     with trace.use_span(span, end_on_exit=True):
-        whole = model._send_only_new_messages(context())
-    assert whole.messages is messages and model._message_offset == 0
+        whole = plugin._send_only_new_messages(context())
+    assert whole.messages is messages and model.message_offset == 0

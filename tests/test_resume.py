@@ -84,7 +84,7 @@ def _caller() -> str:
 class Aborter:
     """``args.abort_event``: false until ``fire`` says the abort lands at this check.
 
-    ``fire(caller)`` gets the name of the function that asked (``_generate``, ``stream``,
+    ``fire(caller)`` gets the name of the function that asked (``_play_guarded``, ``stream``,
     ``tool_abort_check``, the client's ``_poll``, ...); once it answered True the flag stays up, as
     slime's does, until ``clear``."""
 
@@ -354,13 +354,9 @@ async def test_server_abort_mid_generation_goes_on_from_the_partial_output() -> 
 
 async def test_abort_after_the_last_turn_only_reports_the_outcome(server: DevServer) -> None:
     expected, requests = await reference(server, "seventeen")
-    seen: list[int] = []
 
     def after_the_episode(caller: str) -> bool:
-        if caller != "_episode":
-            return False
-        seen.append(1)
-        return len(seen) == 2  # generate's check at the start, then the one after the episode
+        return caller == "_see_late_abort"  # the episode's check once the agent has finished
 
     aborted, resumed, counter, sent = await abort_then_resume(server, "seventeen", after_the_episode)
     assert aborted.metadata[STATE_KEY]["finished"] == ["COMPLETED", "stop"]
@@ -428,7 +424,7 @@ async def test_evaluation_episodes_are_not_saved(server: DevServer) -> None:
 
     def after_the_episode(caller: str) -> bool:
         checks.append(caller)
-        return checks.count("_episode") == 2
+        return caller == "_see_late_abort"
 
     args = make_args(server.url, abort_event=Aborter(after_the_episode))
     sample = await generate(args, new_sample("seventeen"), dict(PARAMS), evaluation=True)
@@ -518,7 +514,7 @@ async def test_the_saved_state_is_small_and_the_transcript_survives(server: DevS
 
 
 def test_the_state_key_is_an_episode_metadata_key_reset_on_a_new_attempt() -> None:
-    from strands_slime.rollout.episode_metadata import EPISODE_METADATA_KEYS, RESUMES_KEY
+    from strands_slime.episode_metadata import EPISODE_METADATA_KEYS, RESUMES_KEY
 
     assert STATE_KEY in EPISODE_METADATA_KEYS and RESUMES_KEY not in EPISODE_METADATA_KEYS
 

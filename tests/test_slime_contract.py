@@ -16,8 +16,9 @@ from waiting import wait_until
 from strands_slime import generate
 from strands_slime.cli import RolloutOptions, slime_args
 from strands_slime.devserver import DevServer
+from strands_slime.episode_metadata import EPISODE_METADATA_KEYS
 from strands_slime.reward.dapo import RewardConfig, preset_reward, reward_func
-from strands_slime.rollout.episode import EPISODE_METADATA_KEYS, reset_attempt
+from strands_slime.rollout.sample_fill import reset_attempt
 from strands_slime.rollout.slime_compat import Sample
 
 
@@ -255,7 +256,7 @@ async def test_missing_replay_data_is_a_deployment_error(server: DevServer) -> N
 def test_top_p_replay_must_come_back_when_asked() -> None:
     from strands_slime.config import ConfigError
     from strands_slime.provider.trajectory import TokenTrajectory
-    from strands_slime.rollout.episode import _replay_trajectory
+    from strands_slime.rollout.sample_fill import replay_trajectory as _replay_trajectory
 
     trajectory = TokenTrajectory()
     trajectory.add_prompt([1, 2])

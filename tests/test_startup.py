@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from waiting import wait_until
 
-from strands_slime.provider.client import SGLangAbortedError
+from strands_slime.aborts import AbortedError
 from strands_slime.rollout import startup
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -145,7 +145,7 @@ async def test_once_per_loop_is_shared_and_its_wait_is_abortable() -> None:
     set_at = time.monotonic()
     results = await asyncio.gather(*waiters, return_exceptions=True)
     assert time.monotonic() - set_at < 0.5
-    assert all(isinstance(r, SGLangAbortedError) for r in results)
+    assert all(isinstance(r, AbortedError) for r in results)
     release.set()  # the shared start itself was not cancelled: a later caller gets its result
     assert await startup.once_per_loop(("test-warm", 1), warm_up) == "ready"
     assert starts == [1]

@@ -66,9 +66,16 @@ def recording_tracer() -> tuple[Tracer, InMemorySpanExporter]:
     return tracer, exporter
 
 
-async def test_an_agent_on_our_model_turns_the_skip_on(
-    qwen3_tokenizer: Any, monkeypatch: pytest.MonkeyPatch
+async def test_a_model_changes_no_global_state_and_the_rollout_turns_the_skip_on(
+    qwen3_tokenizer: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
 ) -> None:
+    """Building and running a plain model leaves Strands' tracer as it ships; the rollout's episode
+    opts in (explicitly, for verified Strands releases only)."""
+    from types import SimpleNamespace
+
+    from strands_slime.rollout.episode import generate
+    from strands_slime.rollout.slime_compat import Sample
+
     shipped = getattr(Tracer._add_event_messages, "__wrapped__", Tracer._add_event_messages)
     monkeypatch.setattr(Tracer, "_add_event_messages", shipped)  # as Strands ships it, whatever ran before
     assert not messages_of_unrecorded_spans_skipped()
@@ -83,13 +90,34 @@ async def test_an_agent_on_our_model_turns_the_skip_on(
             callback_handler=None,
             conversation_manager=NullConversationManager(),
             retry_strategy=None,
+            plugins=[model.plugin()],
         )
         result = await agent.invoke_async("What is 6*7?")
+        assert "42" in str(result)
+        assert not messages_of_unrecorded_spans_skipped(), "a model or its plugin patches nothing"
+        host, port = server.url.rsplit("//", 1)[1].split(":")
+        args = SimpleNamespace(
+            sglang_router_ip=host,
+            sglang_router_port=int(port),
+            strands_slime={"tokenizer_path": None, "tools": [], "gc_tuning": False},
+            hf_checkpoint=None,
+        )
+        sample = await generate(args, Sample(prompt="What is 6*7?", index=0), {"max_new_tokens": 64})
+        assert sample.status.name == "COMPLETED"
+        assert messages_of_unrecorded_spans_skipped(), "the rollout's episode opts in"
     finally:
         await client.close()
         await server.stop()
-    assert "42" in str(result)
-    assert messages_of_unrecorded_spans_skipped()
+
+
+def test_an_unverified_strands_release_is_left_as_it_ships(monkeypatch: pytest.MonkeyPatch) -> None:
+    from strands_slime.provider import telemetry
+
+    shipped = getattr(Tracer._add_event_messages, "__wrapped__", Tracer._add_event_messages)
+    monkeypatch.setattr(Tracer, "_add_event_messages", shipped)
+    monkeypatch.setattr(telemetry, "_strands_version", lambda: (2, 1))
+    assert not skip_messages_of_unrecorded_spans()
+    assert not messages_of_unrecorded_spans_skipped()
 
 
 def test_a_span_that_does_not_record_never_reads_the_history() -> None:

@@ -15,7 +15,7 @@ import pytest
 from chromium import chromium, find_chromium
 
 from strands_slime.cli import RolloutOptions, main, run_rollout
-from strands_slime.rollout.episode_metadata import EpisodeMetadata
+from strands_slime.episode_metadata import EpisodeMetadata
 from strands_slime.viewer import KIND_MODEL, KIND_PROMPT, KIND_TOOL, ReportError, build_report, write_report
 
 DEMO = Path(__file__).resolve().parents[1] / "strands_slime" / "data" / "demo_problems.jsonl"

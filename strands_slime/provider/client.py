@@ -17,7 +17,6 @@ from __future__ import annotations
 import array
 import asyncio
 import contextvars
-import gc
 import json
 import logging
 import math
@@ -25,10 +24,10 @@ import random
 import sys
 import time
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 import aiohttp
 
@@ -42,6 +41,7 @@ try:  # SGLang itself depends on orjson, so slime's image has it; the stdlib is 
 except ImportError:  # pragma: no cover - depends on the environment
     orjson = None  # type: ignore[assignment]
 
+from strands_slime.aborts import ABORT_BATCH, ABORT_POLL_S, run_abortable
 from strands_slime.provider.client_errors import (
     BODY_EXCERPT_CHARS,
     RETRYABLE_STATUSES,
@@ -86,19 +86,10 @@ ROUTING_KEY_HEADER = "X-SMG-Routing-Key"
 _METADATA_MAX_RETRIES = 3
 _CONTEXT_RESERVING_SPECULATIVE_ALGORITHMS = frozenset({"EAGLE", "EAGLE3", "NEXTN", "FROZEN_KV_MTP"})
 """SGLang's ``SpeculativeAlgorithm.is_eagle()`` family: their draft tokens take context slots."""
-ABORT_POLL_S = 0.05
-"""How often the shared watcher reads the abort flags of the requests in flight."""
-ABORT_BATCH = 16
-"""Requests cancelled per loop iteration after an abort: each then unwinds its episode and tears down
-its connection (0.5-1 ms together on a loaded core), so 64 at once held the loop for 50-85 ms in the
-soak. A request not yet cancelled still never reaches the server: :class:`_GuardedRequest` reads the
-flag again right before the first byte is written."""
 DEFAULT_FIRST_BYTE_TIMEOUT_S = 3600.0
 """32,768 new tokens at 10 tok/s (a request's decode speed on a KV-bound engine under load) plus queueing."""
 DEFAULT_STALL_TIMEOUT_S = 60.0
 """SGLang writes a non-streaming reply in one go: a minute without bytes mid-reply is a dead connection."""
-
-T = TypeVar("T")
 
 
 @dataclass(slots=True)
@@ -286,21 +277,6 @@ def _parse_generate(reply: Any) -> GenerateResponse:
     return GenerateResponse.parse(reply)
 
 
-@contextmanager
-def _young_collections_deferred() -> Iterator[None]:
-    """No garbage collection while a reply is decoded and parsed. Decoding makes one small list per
-    token, parsing frees them: a collection in between would walk them all, and everything else young,
-    for nothing. Left as it is when the collector is off."""
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
-
-
 def _decode_json(raw: bytes) -> Any:
     """Parse a reply with orjson when available; what it rejects (NaN literals, ...) goes to the stdlib,
     so the accepted documents and the errors are the stdlib's."""
@@ -349,125 +325,6 @@ class _GuardedRequest(aiohttp.ClientRequest):
         return await super().send(conn)
 
 
-class _AbortWatch:
-    """The requests of one event loop that wait under abort flags, and the one task that polls them.
-
-    slime's flag is a plain attribute (``GenerateState(args).aborted``), so it cannot wake anyone: one
-    poller per loop reads each distinct flag every :data:`ABORT_POLL_S` and cancels the tasks waiting
-    under a flag that became true. It runs only while some request waits."""
-
-    # No reference to the loop: it keys the WeakKeyDictionary holding this object.
-    def __init__(self) -> None:
-        self._waiting: dict[Callable[[], bool], set[asyncio.Task[Any]]] = {}
-        self._aborted: set[asyncio.Task[Any]] = set()
-        self._poller: asyncio.Task[None] | None = None
-        self._poller_cancelled = False
-
-    def add(self, check: Callable[[], bool], task: asyncio.Task[Any]) -> None:
-        self._waiting.setdefault(check, set()).add(task)
-        if self._poller is None or self._poller.done() or self._poller_cancelled:
-            self._poller_cancelled = False
-            self._poller = asyncio.get_running_loop().create_task(
-                self._poll(), name="strands-slime-abort-watch"
-            )
-
-    def remove(self, check: Callable[[], bool], task: asyncio.Task[Any]) -> bool:
-        """Forget ``task``; True when it was cancelled because its flag was set."""
-        tasks = self._waiting.get(check)
-        if tasks is not None:
-            tasks.discard(task)
-            if not tasks:
-                del self._waiting[check]
-                if not self._waiting and self._poller is not None:
-                    self._poller.cancel()  # nothing waits: leave no idle poller behind
-                    self._poller_cancelled = True  # a wait added before it unwinds needs a new one
-        if task in self._aborted:
-            self._aborted.discard(task)
-            return True
-        return False
-
-    async def _poll(self) -> None:
-        while self._waiting:
-            await asyncio.sleep(ABORT_POLL_S)
-            for check, tasks in list(self._waiting.items()):
-                try:
-                    fired = bool(check())
-                except Exception as exc:  # a broken flag must not kill the watcher of every other request
-                    _count_abort_check_failure(check, exc)
-                    continue
-                if fired:
-                    doomed = [task for task in tasks if not task.done() and task not in self._aborted]
-                    self._aborted.update(doomed)
-                    self._cancel(doomed)
-
-    def _cancel(self, doomed: list[asyncio.Task[Any]]) -> None:
-        for task in doomed[:ABORT_BATCH]:
-            task.cancel()
-        if len(doomed) > ABORT_BATCH:  # the rest in the next iteration, after these have unwound
-            asyncio.get_running_loop().call_soon(self._cancel, doomed[ABORT_BATCH:])
-
-
-_abort_check_failures = 0
-
-
-def abort_check_failures() -> int:
-    """Abort-flag reads that raised in this process so far (metric ``abort_detection/failed_checks``)."""
-    return _abort_check_failures
-
-
-def _count_abort_check_failure(check: Callable[[], bool], exc: Exception) -> None:
-    """Count a flag read that raised (its requests could not be aborted on that poll); the first one
-    per process is a WARNING with the cause, not one line every :data:`ABORT_POLL_S`."""
-    global _abort_check_failures
-    _abort_check_failures += 1
-    if _abort_check_failures == 1:
-        logger.warning(
-            "strands_slime abort detection failed: the abort check %r raised %s: %s; its requests go on "
-            "as if not aborted while it fails (logged once per process; counted in "
-            "abort_detection/failed_checks)",
-            check,
-            type(exc).__name__,
-            exc,
-            exc_info=exc,
-        )
-
-
-_ABORT_WATCHES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _AbortWatch] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-async def run_abortable(
-    awaitable: Awaitable[T], abort_check: Callable[[], bool] | None, what: str = "the request"
-) -> T:
-    """Await ``awaitable``, but raise :class:`SGLangAbortedError` within ~``ABORT_POLL_S`` once
-    ``abort_check()`` is true (the awaitable is cancelled). Flags are polled by one task per loop; pass
-    the same callable for every request of a rollout so it is read once per poll."""
-    if abort_check is None:
-        return await awaitable
-    if abort_check():
-        if asyncio.iscoroutine(awaitable):
-            awaitable.close()
-        raise SGLangAbortedError(f"{what} was not started: the rollout was aborted")
-    loop = asyncio.get_running_loop()
-    watch = _ABORT_WATCHES.get(loop)
-    if watch is None:
-        watch = _ABORT_WATCHES[loop] = _AbortWatch()
-    task = asyncio.ensure_future(awaitable)
-    watch.add(abort_check, task)
-    try:
-        return await task
-    except asyncio.CancelledError:
-        if watch.remove(abort_check, task):
-            current = asyncio.current_task()
-            cancelling = getattr(current, "cancelling", None)
-            if cancelling is None or not cancelling():  # our own cancellation, not the caller's
-                raise SGLangAbortedError(f"{what} was cut short: the rollout was aborted") from None
-        raise
-    finally:
-        watch.remove(abort_check, task)
-
-
 async def _close_at_loop_shutdown(session: aiohttp.ClientSession) -> AsyncIterator[None]:
     """Parked async generator: ``loop.shutdown_asyncgens()`` (run by ``asyncio.run``) closes it,
     which closes the session on its own loop, so no 'Unclosed client session' warning is left."""
@@ -500,6 +357,7 @@ class SGLangClient:
         max_retry_delay: float = 30.0,
         metadata_ttl_on_error: float = 2.0,
         headers: Mapping[str, str] | None = None,
+        decode_scope: Callable[[], AbstractContextManager[Any]] = nullcontext,
     ) -> None:
         if max_connections < 1:
             raise ValueError(f"max_connections must be >= 1, got {max_connections}")
@@ -526,6 +384,9 @@ class SGLangClient:
         self.max_retry_delay = max_retry_delay
         self.metadata_ttl_on_error = metadata_ttl_on_error
         self.headers = dict(headers or {})
+        self.decode_scope = decode_scope
+        """Entered around decoding and parsing each reply (the rollout defers garbage collection there:
+        ``rollout.gc_policy``)."""
         self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopState] = (
             weakref.WeakKeyDictionary()
         )
@@ -645,7 +506,7 @@ class SGLangClient:
             send_headers.update(headers)
         retries = self.max_retries if max_retries is None else max_retries
         attempts = self._attempts(method, url, body, send_headers, retries, expect_json, abort_check, parse)
-        return await run_abortable(attempts, abort_check, f"{method} {url}")
+        return await run_abortable(attempts, abort_check, f"{method} {url}", SGLangAbortedError)
 
     async def _attempts(
         self,
@@ -686,7 +547,7 @@ class SGLangClient:
                     if status == 200:
                         if not expect_json or not raw.strip():
                             return None
-                        with _young_collections_deferred():
+                        with self.decode_scope():
                             try:
                                 decoded = _decode_json(raw)
                             except ValueError as exc:

@@ -1,10 +1,12 @@
 """Errors raised by :class:`~strands_slime.provider.client.SGLangClient`, and how an HTTP reply maps to one.
 
-A leaf module (nothing of the package imported), so code that only catches these errors does not pull in
-aiohttp. ``strands_slime.provider.client`` re-exports every name.
+It imports only :mod:`strands_slime.aborts` (an abort is also an :class:`~strands_slime.aborts.AbortedError`),
+so code that only catches these errors does not pull in aiohttp. ``strands_slime.provider.client`` re-exports every name.
 """
 
 from __future__ import annotations
+
+from strands_slime.aborts import AbortedError
 
 __all__ = [
     "BODY_EXCERPT_CHARS",
@@ -76,7 +78,7 @@ class SGLangTimeoutError(SGLangConnectionError):
         self.retryable = retryable
 
 
-class SGLangAbortedError(SGLangClientError):
+class SGLangAbortedError(SGLangClientError, AbortedError):
     """The caller's abort flag was set: the request was not sent, or its wait was cut short."""
 
 

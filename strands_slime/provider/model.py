@@ -14,14 +14,14 @@ import json
 import logging
 import time
 import uuid
+import warnings
 import weakref
 from array import array
-from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
-from strands.hooks import BeforeToolCallEvent
 from strands.models.model import Model
 from strands.types.content import Messages, SystemContentBlock
 from strands.types.exceptions import (
@@ -32,7 +32,7 @@ from strands.types.exceptions import (
 from strands.types.streaming import StreamEvent
 from strands.types.tools import ToolChoice, ToolSpec
 
-from strands_slime import pacing
+from strands_slime.aborts import AbortedError, run_abortable
 from strands_slime.errors import (
     ContextLimitExceeded,
     GenerationAborted,
@@ -45,7 +45,7 @@ from strands_slime.provider.chat import (
     to_template_messages,
     tool_specs_to_template_tools,
 )
-from strands_slime.provider.client import GenerateResponse, SGLangClient, run_abortable
+from strands_slime.provider.client import GenerateResponse, SGLangClient
 from strands_slime.provider.client_errors import (
     SGLangAbortedError,
     SGLangClientError,
@@ -60,7 +60,7 @@ from strands_slime.provider.constraints import (
     tool_call_ebnf,
     tool_choice_names,
 )
-from strands_slime.provider.telemetry import skip_messages_of_unrecorded_spans
+from strands_slime.provider.plugin import TITOPlugin
 from strands_slime.provider.tool_parsers import (
     THINK_CLOSE,
     THINK_OPEN,
@@ -72,16 +72,6 @@ from strands_slime.provider.tool_parsers import (
 from strands_slime.provider.trajectory import TokenTrajectory, token_array
 from strands_slime.runtime import get_runtime
 
-try:  # Strands >= 1.62: middleware around each model call
-    from strands.middleware import InvokeModelContext, InvokeModelStage
-except ImportError:  # pragma: no cover - depends on the installed Strands
-    InvokeModelContext = InvokeModelStage = None  # type: ignore[assignment,misc]
-
-try:  # a dependency of Strands
-    from opentelemetry import trace as otel_trace
-except ImportError:  # pragma: no cover - depends on the environment
-    otel_trace = None  # type: ignore[assignment]
-
 logger = logging.getLogger(__name__)
 
 
@@ -90,6 +80,11 @@ RequestTrace = Callable[
 ]
 """Wraps each ``/generate`` call (given its sampling params); what it yields, when not None, receives
 the reply's ``meta_info`` (slime's ``trace_span`` + ``build_sglang_meta_trace_attrs``)."""
+
+Pace = Callable[[str], Awaitable[None]]
+"""Awaited before each synchronous stretch of a model call, named ``"render"`` (templating and encoding
+the new messages) or ``"reply"`` (handling the server's reply): a driver running hundreds of episodes
+on one loop paces them there and counts replies (the rollout: ``rollout.pacing``, ``rollout.gc_policy``)."""
 
 
 class SGLangConfig(TypedDict, total=False):
@@ -190,34 +185,27 @@ class SGLangModel(Model):
         client: SGLangClient | None = None,
         *,
         base_url: str | None = None,
-        model_id: str | None = None,
-        sampling_params: Mapping[str, Any] | None = None,
-        enable_thinking: bool | None = None,
-        chat_template: str | None = None,
-        template_kwargs: Mapping[str, Any] | None = None,
-        chat_family: str | None = None,
-        max_response_tokens: int | None = None,
-        context_window_limit: int | None = None,
-        use_server_context_length: bool = True,
-        routing_key: str | None = None,
-        abort_check: Callable[[], bool] | None = None,
         timeout: float | None = None,
+        abort_check: Callable[[], bool] | None = None,
+        routing_key: str | None = None,
         return_logprob: bool = True,
         return_routed_experts: bool = False,
         request_trace: RequestTrace | None = None,
         new_segment_on_context_change: bool = False,
-        **seed_alias: Any,
+        pace: Pace | None = None,
+        **config: Any,
     ) -> None:
-        arguments = {"sampling_params": sampling_params, **seed_alias}
-        _seed_alias(arguments, "SGLangModel")
-        sampling_params = arguments.pop("sampling_params")
-        if arguments:
-            known = [
-                p
-                for p in inspect.signature(SGLangModel.__init__).parameters
-                if p not in ("self", "seed_alias")
+        """Build a model for one episode; constructing one changes no global state.
+
+        ``config`` takes the keys :meth:`get_config` shows (:data:`CONFIG_KEYS`; ``params`` is the seed
+        alias of ``sampling_params``); the keywords before it wire the model to a server and a driver."""
+        _seed_alias(config, "SGLangModel")
+        unknown = sorted(set(config) - set(CONFIG_KEYS))
+        if unknown:
+            wiring = [
+                p for p in inspect.signature(SGLangModel.__init__).parameters if p not in ("self", "config")
             ]
-            raise _unknown_arguments("SGLangModel()", sorted(arguments), [*known, *SEED_ALIASES])
+            raise _unknown_arguments("SGLangModel()", unknown, [*wiring, *CONFIG_KEYS, *SEED_ALIASES])
         if tokenizer is None:
             raise ValueError("SGLangModel needs tokenizer= (a Hugging Face tokenizer or a path to one)")
         if isinstance(tokenizer, str):
@@ -228,33 +216,48 @@ class SGLangModel(Model):
             raise ValueError("pass exactly one of base_url= or client=")
         self.client = client if client is not None else SGLangClient(base_url, timeout=timeout)  # type: ignore[arg-type]
         self.tokenizer = tokenizer
-        self.templater: ChatTemplater = get_templater(
-            tokenizer,
-            chat_template=chat_template,
-            enable_thinking=enable_thinking,
-            template_kwargs=template_kwargs,
-            chat_family=chat_family,
-        )
+        self.config: dict[str, Any] = {
+            "model_id": config.get("model_id"),
+            "sampling_params": dict(config.get("sampling_params") or {}),
+            "enable_thinking": config.get("enable_thinking"),
+            "chat_template": config.get("chat_template"),
+            "template_kwargs": dict(config["template_kwargs"])
+            if config.get("template_kwargs") is not None
+            else None,
+            "chat_family": config.get("chat_family"),
+            "context_window_limit": config.get("context_window_limit"),
+            "max_response_tokens": config.get("max_response_tokens"),
+            "use_server_context_length": config.get("use_server_context_length", True),
+        }
+        self.templater: ChatTemplater = self._templater()
         self.tool_parser = get_tool_parser(tool_parser or self.templater.family.tool_parser)
-        self.routing_key = routing_key
         self.abort_check = abort_check
+        self.routing_key = routing_key
         self.return_logprob = return_logprob
         self.return_routed_experts = return_routed_experts
         self.request_trace = request_trace
         self.new_segment_on_context_change = new_segment_on_context_change
-        self.config: dict[str, Any] = {
-            "model_id": model_id,
-            "sampling_params": dict(sampling_params or {}),
-            "enable_thinking": enable_thinking,
-            "chat_template": chat_template,
-            "template_kwargs": dict(template_kwargs) if template_kwargs is not None else None,
-            "chat_family": chat_family,
-            "context_window_limit": context_window_limit,
-            "max_response_tokens": max_response_tokens,
-            "use_server_context_length": use_server_context_length,
-        }
-        self._registered_agents: weakref.WeakSet[Any] = weakref.WeakSet()
+        self.pace = pace
+        self._attached_agents: weakref.WeakSet[Any] = weakref.WeakSet()
+        """Agents whose :meth:`plugin` this model was handed to (read to warn when it was not)."""
+        self._plugin_warned = False
+        self.message_offset = 0
+        """Messages the plugin left out of the current call (it hands only the new ones), 0 when none."""
         self.reset()
+
+    def _templater(self) -> ChatTemplater:
+        return get_templater(
+            self.tokenizer,
+            chat_template=self.config["chat_template"],
+            enable_thinking=self.config["enable_thinking"],
+            template_kwargs=self.config["template_kwargs"],
+            chat_family=self.config["chat_family"],
+        )
+
+    def plugin(self) -> TITOPlugin:
+        """The Strands plugin the agent driving this model needs: ``Agent(..., plugins=[model.plugin()])``
+        (:mod:`strands_slime.provider.plugin`)."""
+        return TITOPlugin(self)
 
     # ------------------------------------------------------------------ state
 
@@ -270,26 +273,26 @@ class SGLangModel(Model):
         self._tool_errors: dict[str, str] = {}
         self._id_prefix = uuid.uuid4().hex[:8]
         self._initial_position = 0
-        self._message_offset = 0
-        """Messages Strands left out of the next call (``_send_only_new_messages``), 0 when none."""
         self._tools_fingerprint: Any = None
         self.last_output_text: str | None = None
         self.last_parsed: ParsedOutput | None = None
         self.first_prompt_ids: array[int] | None = None
         """The ids of the episode's first prompt (system, tools, history), once rendered (an array)."""
-        self._cut_call: tuple[list[int], array[int], array[float]] | None = None
-        """A resumed episode's model call the abort cut short: (its prompt delta, the output it had
-        produced, their logprobs); the next call goes on from that output."""
+        self._continuation: tuple[list[int], array[int], array[float]] | None = None
+        """(prompt ids, output ids, logprobs) of an output an abort cut short: the next call goes on
+        from it (:meth:`continue_output`)."""
         self._constraint_reasoning: ReasoningMode | None = None
 
     @property
     def token_manager(self) -> TokenTrajectory:
-        """Seed name for :attr:`trajectory`."""
+        """Deprecated seed name of :attr:`trajectory` (warns once)."""
+        _warn_renamed("token_manager")
         return self.trajectory
 
     @property
     def rollout(self) -> TokenTrajectory:
-        """strands-sglang >= 0.4 name for :attr:`trajectory`."""
+        """Deprecated strands-sglang >= 0.4 name of :attr:`trajectory` (warns once)."""
+        _warn_renamed("rollout")
         return self.trajectory
 
     def transcript(self) -> list[dict[str, Any]]:
@@ -301,12 +304,11 @@ class SGLangModel(Model):
             messages.append(record.assistant)
         return messages
 
-    def export_episode_state(self, with_transcript: bool = False) -> dict[str, Any]:
-        """Everything but the token ids and logprobs an aborted episode needs to go on (plain JSON):
-        counters, tool-call bookkeeping and where each output sits in the agent's history (with each
-        turn's chat-template view only when ``with_transcript``: :meth:`transcript` needs it, nothing
-        else does). The trajectory's structure comes from ``trajectory.layout()``; see
-        :mod:`strands_slime.rollout.resume`."""
+    def state(self, with_transcript: bool = False) -> dict[str, Any]:
+        """The episode's bookkeeping besides the tokens, as plain JSON: counters, tool-call ids and where
+        each output sits in the agent's history (each turn's chat-template view only ``with_transcript``:
+        :meth:`transcript` needs it, nothing else does). With ``trajectory.layout()`` and the tokens it is
+        everything :meth:`from_state` needs to go on with the episode in another model."""
         return {
             "stats": dataclasses.asdict(self.stats),
             "outputs": [
@@ -329,9 +331,10 @@ class SGLangModel(Model):
             "last_output_text": self.last_output_text,
         }
 
-    def restore_episode_state(self, state: Mapping[str, Any], trajectory: TokenTrajectory) -> None:
-        """Go on with an episode from :meth:`export_episode_state` and its rebuilt ``trajectory``: the
-        next call sends ``trajectory.token_ids`` plus only the newly templated messages.
+    def from_state(self, state: Mapping[str, Any], trajectory: TokenTrajectory) -> None:
+        """Go on with an episode from its :meth:`state` and its ``trajectory``: the next call sends
+        ``trajectory.token_ids`` plus only the newly templated messages. A trajectory whose last turn
+        has no recorded output (a call an abort cut short) keeps that turn: see :meth:`continue_output`.
 
         Raises:
             KeyError, TypeError, ValueError: ``state`` is malformed."""
@@ -351,51 +354,30 @@ class SGLangModel(Model):
         self._tools_fingerprint = (tuple(fingerprint[0]), fingerprint[1]) if fingerprint else None
         self.last_output_text = state["last_output_text"]
         self.first_prompt_ids = trajectory.token_ids[: trajectory.initial_prompt_length]
-        if trajectory.turn_count > len(self._outputs):  # the last turn is a call the abort cut short
-            start = trajectory.turn_start(trajectory.turn_count - 1)
-            segments = trajectory.segment_info[start.segment_count :]
-            delta = [
-                i
-                for s in segments
-                if not s.is_output
-                for i in trajectory.token_ids[s.start : s.start + s.length].tolist()
-            ]
-            output = trajectory.token_ids[start.token_count + len(delta) :]
-            logprobs = trajectory.logprobs[start.token_count + len(delta) :]
-            trajectory.rollback_turns(trajectory.turn_count - 1)
-            self._cut_call = (delta, output, logprobs)
 
-    def adopt_cut_call(self, partial: TokenTrajectory) -> bool:
-        """Keep the output of the call the abort cut short (``partial``: the trajectory plus that call,
-        from :class:`GenerationAborted`), so a resumed episode goes on from it as slime's own generate
-        does; returns whether there was one to keep."""
-        if (
-            partial.turn_count != self.trajectory.turn_count + 1
-            or not partial.ends_with_output
-            or partial.token_ids[: len(self.trajectory)] != self.trajectory.token_ids
-        ):
-            return False
-        self.trajectory = partial
-        return True
+    @property
+    def recorded_outputs(self) -> int:
+        """Model outputs this episode recorded in the agent's history (turns an abort cut short excluded)."""
+        return len(self._outputs)
 
-    def settle_cut_call(self) -> None:
-        """Put a restored cut-short call the episode never got to back into the trajectory (it ended
-        before its next model call), so the trajectory again holds everything the sample does."""
-        if self._cut_call is None:
-            return
-        delta, output, logprobs = self._cut_call
-        self._cut_call = None
-        self.trajectory.begin_turn()
-        self.trajectory.add_prompt(delta)
-        self.trajectory.add_output(output, logprobs)
+    def continue_output(self, prompt_ids: list[int], output_ids: array[int], logprobs: array[float]) -> None:
+        """Make the next call go on from an output an abort cut short: the call's new messages must
+        render to ``prompt_ids`` again, and the server continues after ``output_ids`` (as slime's own
+        generate resumes a partial rollout)."""
+        self._continuation = (list(prompt_ids), output_ids, logprobs)
 
-    def _take_cut_call(self, delta: list[int]) -> tuple[list[int], list[float]]:
-        """The output (and logprobs) a resumed cut-short call had produced, to go on from; none when
-        there is no such call. Its prompt must render to the very ids it was sent with."""
-        if self._cut_call is None:
+    def take_continuation(self) -> tuple[list[int], array[int], array[float]] | None:
+        """The continuation no call used yet (the episode ended first), or None; it is cleared."""
+        continuation, self._continuation = self._continuation, None
+        return continuation
+
+    def _take_continuation_for(self, delta: list[int]) -> tuple[list[int], list[float]]:
+        """The output (and logprobs) to go on from; none without a continuation. Its prompt must render
+        to the very ids it was sent with."""
+        continuation = self.take_continuation()
+        if continuation is None:
             return [], []
-        saved_delta, output, logprobs = self._cut_call
-        self._cut_call = None
+        saved_delta, output, logprobs = continuation
         if delta != saved_delta:
             raise TrajectoryDesyncError(
                 "the resumed call's prompt renders to other ids than the call the abort cut short"
@@ -415,13 +397,7 @@ class SGLangModel(Model):
             model_config["template_kwargs"] = dict(model_config["template_kwargs"])
         self.config.update(model_config)
         if model_config.keys() & {"enable_thinking", "chat_template", "template_kwargs", "chat_family"}:
-            self.templater = get_templater(
-                self.tokenizer,
-                chat_template=self.config["chat_template"],
-                enable_thinking=self.config["enable_thinking"],
-                template_kwargs=self.config["template_kwargs"],
-                chat_family=self.config["chat_family"],
-            )
+            self.templater = self._templater()
 
     def get_config(self) -> SGLangConfig:
         """The provider's configuration (Strands ``Model`` API)."""
@@ -517,56 +493,32 @@ class SGLangModel(Model):
                     chars += len(str(block["toolUse"].get("input", "")))
         return chars // 4
 
-    # ------------------------------------------------------------------ tool-call errors
+    # ------------------------------------------------------------------ what the plugin reads
 
-    def _register_agent_hook(self, invocation_state: Mapping[str, Any] | None) -> None:
-        """Malformed calls are answered by cancelling them with our explanation (an error tool result)."""
-        agent = (invocation_state or {}).get("agent")
-        if agent is None or agent in self._registered_agents:
-            return
-        add_hook = getattr(agent, "add_hook", None)
-        if add_hook is None:
-            return
-        add_hook(self._before_tool_call, BeforeToolCallEvent)
-        add_middleware = getattr(agent, "add_middleware", None)
-        if add_middleware is not None and InvokeModelStage is not None:
-            add_middleware(InvokeModelStage.Input, self._send_only_new_messages)
-        skip_messages_of_unrecorded_spans()  # the cycle span's O(history) serialization, see telemetry.py
-        self._registered_agents.add(agent)
-
-    def _send_only_new_messages(self, context: InvokeModelContext) -> InvokeModelContext:
-        """Strands middleware (Input phase of each model call): hand this model only the messages
-        from its last output on.
-
-        The model reads nothing older (it keeps the tokens), while Strands deep-copies and normalizes
-        the messages it passes, and serializes them for its tracer, on every call: O(history) per
-        turn. The full history stays in ``agent.messages``; when an OpenTelemetry span records, the
-        call is left whole so traces show every message.
-
-        Args:
-            context: The model call's context (its ``messages`` are already Strands' copy).
-
-        Returns:
-            The context, with ``messages`` starting at this model's last output when one is found.
-        """
-        self._message_offset = 0
-        if context.model is not self or _span_records():
-            return context
-        keep = self._matching_output(context.messages, 0)
-        if not keep:
-            return context
-        position = self._outputs[keep - 1].position
-        self._message_offset = position
-        return context.replace(messages=context.messages[position:])
-
-    def _before_tool_call(self, event: BeforeToolCallEvent) -> None:
-        message = self._tool_errors.pop(str(event.tool_use.get("toolUseId")), None)
-        if message is not None:
-            event.cancel_tool = message
+    def take_tool_call_error(self, tool_use_id: str) -> str | None:
+        """The explanation a malformed call gets instead of running (None for a valid call); taken once."""
+        return self._tool_errors.pop(tool_use_id, None)
 
     def tool_call_error(self, tool_use_id: str) -> str | None:
         """The explanation a malformed call will get (None for a valid call)."""
         return self._tool_errors.get(tool_use_id)
+
+    def last_output_position(self, messages: Messages) -> int | None:
+        """Where this model's latest output recorded in ``messages`` (a whole history) sits, or None:
+        what the plugin trims the messages of a call to."""
+        keep = self._matching_output(messages, 0)
+        return self._outputs[keep - 1].position if keep else None
+
+    def _check_plugin(self, invocation_state: Mapping[str, Any] | None) -> None:
+        agent = (invocation_state or {}).get("agent")
+        if agent is None or agent in self._attached_agents or self._plugin_warned:
+            return
+        self._plugin_warned = True
+        logger.warning(
+            "SGLangModel is used without its plugin: pass Agent(..., plugins=[model.plugin()]) so that "
+            "malformed tool calls get the parser's explanation instead of running with {}, and each "
+            "call reads only new messages (the trajectory is exact either way)"
+        )
 
     # ------------------------------------------------------------------ prompt assembly
 
@@ -696,10 +648,10 @@ class SGLangModel(Model):
         **kwargs: Any,
     ) -> AsyncGenerator[StreamEvent, None]:
         """One model turn over the token trajectory; a forced ``tool_choice`` is enforced with a grammar."""
-        offset, self._message_offset = self._message_offset, 0
+        offset, self.message_offset = self.message_offset, 0
         if offset and not self._matching_output(messages, offset):
             offset = 0  # not the list our middleware trimmed (another one replaced it): a whole history
-        self._register_agent_hook(invocation_state)
+        self._check_plugin(invocation_state)
         if self.abort_check is not None and self.abort_check():
             raise GenerationAborted(
                 "rollout aborted before the model call", trajectory=self.trajectory.copy()
@@ -707,15 +659,16 @@ class SGLangModel(Model):
         if system_prompt is None and system_prompt_content:
             system_prompt = "".join(str(b["text"]) for b in system_prompt_content if "text" in b) or None
 
-        await pacing.turn()  # templating and encoding the new messages: a few per loop iteration
+        if self.pace is not None:
+            await self.pace("render")
         initial, delta, prompt_text, turn_messages = await self._prompt_delta(
             messages, tool_specs, system_prompt, offset
         )
-        cut_output, cut_logprobs = self._take_cut_call(delta)
+        cut_output, cut_logprobs = self._take_continuation_for(delta)
         input_len = len(self.trajectory) + len(delta) + len(cut_output)
         try:
             context_limit = await run_abortable(self._context_limit(), self.abort_check, "the model call")
-        except SGLangAbortedError as exc:  # the episode ends here: no copy (hundreds abort at once)
+        except AbortedError as exc:  # the episode ends here: no copy (hundreds abort at once)
             raise GenerationAborted(str(exc), trajectory=self.trajectory) from exc
         params = self._turn_sampling_params(initial, delta, input_len, context_limit, len(cut_output))
         params = self._constrain(params, tool_choice, tool_specs, prompt_text, kwargs.get("output_schema"))
@@ -751,8 +704,8 @@ class SGLangModel(Model):
         self.stats.turn_seconds.append(time.perf_counter() - started)
         self.stats.generation_seconds += self.stats.turn_seconds[-1]
         self.stats.model_calls += 1
-        get_runtime().reply_handled()
-        await pacing.turn()  # replies that arrived together are handled a few per loop iteration
+        if self.pace is not None:
+            await self.pace("reply")
 
         if response.is_abort:
             partial = self.trajectory.copy()
@@ -903,9 +856,14 @@ class SGLangModel(Model):
         }
 
 
-def _span_records() -> bool:
-    """Whether an OpenTelemetry span records here (Strands' model-call span would then record too)."""
-    return otel_trace is not None and otel_trace.get_current_span().is_recording()
+def _warn_renamed(name: str) -> None:
+    """One DeprecationWarning per old attribute name and process."""
+    if get_runtime().first_time(f"deprecated: SGLangModel.{name}"):
+        warnings.warn(
+            f"SGLangModel.{name} is deprecated; use SGLangModel.trajectory (the same object)",
+            DeprecationWarning,
+            stacklevel=3,
+        )
 
 
 def _append_turn(

@@ -7,29 +7,59 @@ result. That is O(history) per turn: about 8 % of a rollout's CPU per agent turn
 benchmark. :func:`skip_messages_of_unrecorded_spans` makes the tracer skip that work for spans that do
 not record and do everything as before for spans that do, so traces are unchanged.
 
-It wraps one private method of Strands' ``Tracer``. When a Strands release renames it, nothing is
-wrapped and Strands runs as it ships (:func:`messages_of_unrecorded_spans_skipped` tells which).
+It wraps one private method of Strands' ``Tracer``, process-wide, so it is an explicit opt-in: the
+rollout's episode turns it on (``rollout.episode``), a model never does. It is version-guarded: only
+Strands releases in :data:`VERIFIED_STRANDS` (whose method was read and tested) are patched; any other
+release, or one without the method, runs as it ships (:func:`messages_of_unrecorded_spans_skipped` tells
+which). The upstream change it stands for (a tracer that returns early for spans that do not record)
+is written up in docs/provider.md ("Strands' tracer").
 """
 
 from __future__ import annotations
 
 import functools
+import importlib.metadata
 import logging
+import re
 from typing import Any
 
 logger = logging.getLogger(__name__)
 
 _GUARD_MARKER = "__strands_slime_skips_unrecorded__"
 _METHOD = "_add_event_messages"
+VERIFIED_STRANDS = ((1, 62), (2, 0))
+"""Strands releases ``>= 1.62, < 2``: ``Tracer._add_event_messages(self, span, messages, ...)`` there only
+adds span events and attributes, which a span that does not record drops."""
+
+
+def _strands_version() -> tuple[int, int] | None:
+    try:
+        version = importlib.metadata.version("strands-agents")
+    except importlib.metadata.PackageNotFoundError:  # pragma: no cover - Strands is a dependency
+        return None
+    match = re.match(r"(\d+)\.(\d+)", version)
+    return (int(match[1]), int(match[2])) if match else None
+
+
+def strands_verified() -> bool:
+    """Whether the installed Strands is a release the patch was verified against."""
+    version = _strands_version()
+    low, high = VERIFIED_STRANDS
+    return version is not None and low <= version < high
 
 
 def skip_messages_of_unrecorded_spans() -> bool:
     """Make Strands' tracer skip serializing messages for spans that do not record (once per process).
 
     Returns:
-        True when the guard is in place (now or from an earlier call), False when this Strands has no
-        method to guard.
+        True when the guard is in place (now or from an earlier call), False when this Strands is not a
+        verified release or has no method to guard.
     """
+    if not strands_verified():
+        logger.debug(
+            "Strands %s is outside %s: its tracer is left as it ships", _strands_version(), VERIFIED_STRANDS
+        )
+        return False
     try:
         from strands.telemetry.tracer import Tracer
     except ImportError:  # pragma: no cover - Strands is a dependency

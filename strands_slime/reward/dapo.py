@@ -15,8 +15,8 @@ import re
 from typing import Any
 
 from strands_slime.config import RewardConfig, get_rollout_config
+from strands_slime.episode_metadata import EpisodeMetadata, write_keys
 from strands_slime.reward.math_answer import AnswerCheck, check_answer_async, get_math_verifier
-from strands_slime.rollout.episode_metadata import EpisodeMetadata, write_keys
 
 __all__ = [
     "RewardConfig",

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from strands_slime.rollout.episode_metadata import EpisodeMetadata
+from strands_slime.episode_metadata import EpisodeMetadata
 
 __all__ = [
     "EvalSummary",

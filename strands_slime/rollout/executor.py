@@ -8,7 +8,7 @@ HTTP client and one sandbox each) and writes the result back onto slime's own ``
 * **What crosses.** Parent to worker, once per worker: the few ``args`` fields our code reads
   (:data:`ARGS_FIELDS`) and the resolved :class:`~strands_slime.config.RolloutConfig`. Per episode:
   the sample's input fields (:data:`SAMPLE_INPUT_FIELDS`), the sampling parameters and ``evaluation``.
-  Back: the fields ``generate`` writes (:data:`strands_slime.rollout.episode.SAMPLE_RESULT_FIELDS`, plus
+  Back: the fields ``generate`` writes (:data:`strands_slime.rollout.sample_fill.SAMPLE_RESULT_FIELDS`, plus
   slime's trace carrier when one is bound). Never a tokenizer, a client or a whole ``Sample``.
 * **Wire.** Each message is an 8-byte length and a pickle (protocol 5) of a tuple; parent to worker
   on the worker's stdin, worker to parent on its stdout (the worker points its fd 1 at stderr first,
@@ -46,15 +46,13 @@ import signal
 import struct
 import sys
 import time
-import weakref
 from pathlib import Path
 from typing import Any
 
-from strands_slime import pacing
+from strands_slime.aborts import run_abortable
 from strands_slime.config import ConfigError, RolloutConfig
-from strands_slime.provider.client import run_abortable
-from strands_slime.rollout import slime_compat
-from strands_slime.rollout.episode_metadata import write_keys
+from strands_slime.rollout import pacing, slime_compat
+from strands_slime.rollout.sample_fill import SAMPLE_INPUT_FIELDS, mark_aborted_by_slime
 from strands_slime.runtime import get_runtime
 
 logger = logging.getLogger(__name__)
@@ -85,17 +83,6 @@ ARGS_FIELDS: tuple[str, ...] = (
     "n_samples_per_eval_prompt",
 )
 """The ``args`` fields our generate, client, sample filling and preset reward read; only these are shipped."""
-
-SAMPLE_INPUT_FIELDS: tuple[str, ...] = (
-    "group_index",
-    "index",
-    "prompt",
-    "label",
-    "metadata",
-    "session_id",
-    "rollout_id",
-)
-"""What a worker needs of the sample to run its episode (after the attempt was reset here)."""
 
 OPTIONAL_SAMPLE_ATTRIBUTES: tuple[str, ...] = ("trace",)
 """Carried both ways when the sample has them: slime's trace carrier (``sglang_generate`` spans)."""
@@ -242,8 +229,18 @@ class EpisodeExecutor:
         self._replacements: dict[int, asyncio.Task[None]] = {}
         self._loop = asyncio.get_running_loop()
         self.closed = False
+        self._callers: dict[tuple[int, int], tuple[Any, RolloutConfig]] = {}
         self.started: asyncio.Future[EpisodeExecutor] | None = None
         """The start-up (:meth:`start` as a task), shared by every episode that waits for it."""
+
+    def remember_caller(self, args: Any, config: RolloutConfig) -> None:
+        """Serve later episodes with these very objects without a key lookup (:func:`running_executor`);
+        both are held, so their ids cannot be reused by others while the executor lives."""
+        self._callers[(id(args), id(config))] = (args, config)
+
+    def serves(self, args: Any, config: RolloutConfig) -> bool:
+        """Whether :meth:`remember_caller` saw these very objects."""
+        return (id(args), id(config)) in self._callers
 
     def __repr__(self) -> str:
         return f"<EpisodeExecutor workers={self.size} pids={self.worker_pids} closed={self.closed}>"
@@ -508,22 +505,18 @@ class EpisodeExecutor:
             with contextlib.suppress(asyncio.TimeoutError):
                 await run_abortable(wait, abort_check, "waiting for an executor worker")
 
-    async def run(
-        self,
-        args: Any,
-        sample: Any,
-        sampling_params: Any,
-        evaluation: bool,
-        abort_check: Any,
-        kept_fields: tuple[str, ...] = (),
-    ) -> Any:
-        """Run one episode in a worker and apply its result onto ``sample``: a reset attempt, or, with
-        ``kept_fields`` (:data:`strands_slime.rollout.episode.RESUME_FIELDS`), an ABORTED sample whose
-        saved episode goes on (those kept response fields travel with the inputs and the worker resumes it).
+    async def run(self, episode: Any, kept_fields: tuple[str, ...] = ()) -> Any:
+        """Run ``episode`` (:class:`strands_slime.rollout.episode.Episode`: its args, sample, sampling
+        params, evaluation flag and abort check) in a worker and apply the result onto its sample: a
+        reset attempt, or, with ``kept_fields`` (:data:`strands_slime.rollout.sample_fill.RESUME_FIELDS`),
+        an ABORTED sample whose saved episode goes on (those kept response fields travel with the
+        inputs and the worker resumes it).
 
         Returns:
             ``[sample]``, or the fan-out segments with ``sample`` first.
         """
+        sample, abort_check = episode.sample, episode.abort_check
+        sampling_params, evaluation = episode.sampling_params, episode.evaluation
         worker = await self._pick(abort_check)
         started = time.thread_time()
         inputs = {name: getattr(sample, name) for name in SAMPLE_INPUT_FIELDS if hasattr(sample, name)}
@@ -627,20 +620,6 @@ def apply_result(sample: Any, fields: dict[str, Any]) -> None:
             setattr(sample, name, value)
 
 
-def mark_aborted_by_slime(sample: Any) -> None:
-    """What the in-process path makes of an episode that ends while slime's flag is set: ABORTED by
-    slime, whatever the worker saw (a server abort, or an end just before the flag reached it)."""
-    metadata = sample.metadata
-    if slime_compat.status_name(sample) == "aborted" and metadata.get("abort_source") == "slime":
-        return
-    sample.status = slime_compat.status(sample, "ABORTED")
-    sample.remove_sample = False
-    sample.reward = None
-    metadata.pop("truncation", None)
-    metadata.pop("raw_reward", None)
-    write_keys(metadata, finish_reason="abort", abort_source="slime", infra_error=None)
-
-
 # ---------------------------------------------------------------------- slime's side: generate
 
 
@@ -674,19 +653,14 @@ def _check(args_fields: dict[str, Any], config: RolloutConfig) -> None:
         raise ConfigError(f"executor: the rollout config cannot be sent to a worker process: {exc}") from exc
 
 
-_FAST: weakref.WeakKeyDictionary[
-    asyncio.AbstractEventLoop, dict[tuple[int, int], tuple[Any, RolloutConfig, EpisodeExecutor]]
-] = weakref.WeakKeyDictionary()
-
-
 def running_executor(args: Any, config: RolloutConfig) -> EpisodeExecutor | None:
-    """The executor already running for these very ``args`` and config objects (slime's are the same
-    for every episode): no key to build, no task to create per episode. The entry holds both objects,
-    so their ids cannot be reused by others while it exists."""
-    found = _FAST.get(asyncio.get_running_loop(), {}).get((id(args), id(config)))
-    if found is None or found[2].closed:
-        return None
-    return found[2]
+    """The executor already running on this loop for these very ``args`` and config objects (slime's
+    are the same for every episode): no key to build, no task to create per episode."""
+    entries = get_runtime().executors.get(asyncio.get_running_loop())
+    for executor in (entries or {}).values():
+        if not executor.closed and executor.serves(args, config):
+            return executor
+    return None
 
 
 async def get_executor(args: Any, config: RolloutConfig, abort_check: Any = None) -> EpisodeExecutor:
@@ -728,14 +702,13 @@ async def get_executor(args: Any, config: RolloutConfig, abort_check: Any = None
         raise
     if running.closed:
         raise WorkerDied("the episode executor was closed during its start-up")
-    _FAST.setdefault(loop, {})[(id(args), id(config))] = (args, config, running)
+    running.remember_caller(args, config)
     return running
 
 
 async def shutdown_executors() -> None:
     """Stop every executor of the running event loop (``Runtime.close()`` stops those of every loop)."""
     loop = asyncio.get_running_loop()
-    _FAST.pop(loop, None)
     runtime = get_runtime()
     with runtime.lock:
         entries = runtime.executors.pop(loop, {})

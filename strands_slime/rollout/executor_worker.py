@@ -1,7 +1,7 @@
 """An episode executor's worker process: ``python -m strands_slime.rollout.executor_worker`` (started by
 :class:`strands_slime.rollout.executor.EpisodeExecutor`, never by hand).
 
-One event loop runs the episodes the parent sends through ``rollout``'s own in-process path and
+One event loop runs the episodes the parent sends through the in-process path (:meth:`Episode.run`) and
 sends back the fields ``generate`` wrote; a control thread reads the pipe, so an abort sets the
 worker's flag at once, whatever the loop is doing. See ``docs/executor.md``.
 """
@@ -21,9 +21,9 @@ import time
 from types import SimpleNamespace
 from typing import Any
 
-from strands_slime.config import ConfigError
-from strands_slime.rollout import episode as rollout
+from strands_slime.config import ConfigError, get_rollout_config
 from strands_slime.rollout import slime_compat
+from strands_slime.rollout.episode import Episode
 from strands_slime.rollout.executor import (
     _HEADER,
     _PICKLE_PROTOCOL,
@@ -32,6 +32,9 @@ from strands_slime.rollout.executor import (
     apply_result,
     pack_fields,
 )
+from strands_slime.rollout.gc_policy import tune_gc_once
+from strands_slime.rollout.sample_fill import SAMPLE_RESULT_FIELDS
+from strands_slime.rollout.startup import warm_up
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +42,7 @@ logger = logging.getLogger(__name__)
 def pack_result(sample: Any) -> dict[str, Any]:
     """The fields ``generate`` wrote on ``sample`` (a worker's), in plain picklable form; long number
     lists travel as arrays (:func:`~strands_slime.rollout.executor.apply_result` turns them back into lists)."""
-    return pack_fields(sample, (*rollout.SAMPLE_RESULT_FIELDS, *OPTIONAL_SAMPLE_ATTRIBUTES))
+    return pack_fields(sample, (*SAMPLE_RESULT_FIELDS, *OPTIONAL_SAMPLE_ATTRIBUTES))
 
 
 PR_SET_PDEATHSIG = 1
@@ -117,8 +120,8 @@ class _WorkerServer:
         try:
             self._sample_class = slime_compat.sample_class()
             if config.gc_tuning:
-                rollout.tune_gc_once()
-            await rollout.warm_up(args, config, None)
+                tune_gc_once()
+            await warm_up(args, config, None)
         except ConfigError as exc:
             self._send(("init_error", "config", str(exc)))
             return
@@ -157,7 +160,8 @@ class _WorkerServer:
         if kept is not None:  # an ABORTED sample that resumes: rollout's own path finds its kept part
             apply_result(sample, kept)
         try:
-            result = await rollout._generate(args, sample, sampling_params, evaluation)
+            config = get_rollout_config(args)
+            result = await Episode(args, sample, sampling_params, evaluation, config).run()
             started = time.thread_time()
             packed = [pack_result(item) for item in (result if isinstance(result, list) else [result])]
             payload = pickle.dumps(("done", episode_id, packed), protocol=_PICKLE_PROTOCOL)

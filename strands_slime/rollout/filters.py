@@ -22,7 +22,7 @@ import statistics
 from collections.abc import Iterable
 from typing import Any
 
-from strands_slime.rollout.episode_metadata import EpisodeMetadata
+from strands_slime.episode_metadata import EpisodeMetadata
 from strands_slime.rollout.slime_compat import status_name
 
 # slime's check_reward_nonzero_std threshold.

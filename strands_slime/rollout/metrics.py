@@ -14,9 +14,9 @@ from collections.abc import Iterable, Mapping
 from statistics import fmean
 from typing import Any
 
-from strands_slime.provider.client import abort_check_failures
+from strands_slime.aborts import abort_check_failures
+from strands_slime.episode_metadata import ANY, MAX, MEAN, TOTAL, MetricSpec, metric_specs
 from strands_slime.rollout import slime_compat
-from strands_slime.rollout.episode_metadata import ANY, MAX, MEAN, TOTAL, MetricSpec, metric_specs
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ def _number(value: Any) -> float | None:
 
 
 def _key_metrics(key: str, spec: MetricSpec, metas: list[Mapping[str, Any]]) -> dict[str, float]:
-    """The metrics one metadata key feeds (see :class:`~strands_slime.rollout.episode_metadata.MetricSpec`)."""
+    """The metrics one metadata key feeds (see :class:`~strands_slime.episode_metadata.MetricSpec`)."""
     n = len(metas)
     metrics: dict[str, float] = {}
     numbers = [v for v in (_number(m.get(key)) for m in metas) if v is not None]
@@ -75,7 +75,7 @@ def _key_metrics(key: str, spec: MetricSpec, metas: list[Mapping[str, Any]]) -> 
 def compute_rollout_metrics(samples: Iterable[Any]) -> dict[str, float]:
     """Means, rates and counts over the samples' metadata (keys without a prefix).
 
-    Which keys feed which metrics is declared once, in :class:`~strands_slime.rollout.episode_metadata.EpisodeMetadata`.
+    Which keys feed which metrics is declared once, in :class:`~strands_slime.episode_metadata.EpisodeMetadata`.
     """
     flat = _flatten(samples)
     if not flat:

@@ -27,7 +27,7 @@ from types import SimpleNamespace
 from typing import Any, TextIO
 from urllib.parse import urlparse
 
-from strands_slime.rollout.episode_metadata import EpisodeMetadata
+from strands_slime.episode_metadata import EpisodeMetadata
 
 DEMO_DATA = "demo_problems.jsonl"
 DEMO_SCRIPT = "demo_script.json"

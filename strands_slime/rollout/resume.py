@@ -10,7 +10,9 @@ limiter's counters and tool-call bookkeeping, the sandbox statistics and the res
 that finished. No tokenizer, client or tensor goes in there, so the sample stays picklable and
 ``Sample.to_dict``-able while it waits in the buffer.
 
-The resumed attempt rebuilds the trajectory from ``sample.tokens`` and the layout, so its next request
+This module is the format and its checks; the episode (:class:`strands_slime.rollout.episode.Episode`)
+saves and restores itself with it. The resumed attempt rebuilds the trajectory from ``sample.tokens``
+and the layout, so its next request
 sends exactly the saved ids plus the newly templated messages (no re-templating of earlier turns),
 and it appends only the new model calls to the sample. Tool calls that finished are answered from the
 saved results instead of running again; a call the abort cut short runs again. A model call the server
@@ -31,8 +33,6 @@ from strands.hooks import AfterToolCallEvent, BeforeToolCallEvent, HookProvider,
 from strands.tools.tools import PythonAgentTool
 from strands.types.tools import ToolResult, ToolUse
 
-from strands_slime.provider.limits import ToolLimiter
-from strands_slime.provider.trajectory import TokenTrajectory
 from strands_slime.rollout import slime_compat
 
 logger = logging.getLogger(__name__)
@@ -42,6 +42,7 @@ STATE_KEY = "strands_resume"
 
 STATE_VERSION = 1
 FINISHED_STATUSES = ("COMPLETED", "TRUNCATED")
+TOOL_STAT_NAMES = ("calls", "errors", "timeouts", "infra_failures", "seconds")
 """An episode that ended like this before slime's abort flag was seen is not run again on resume."""
 
 
@@ -150,7 +151,7 @@ def _saved_result_tool(name: str, spec: Any, saved: Mapping[str, Any]) -> Python
     return PythonAgentTool(name, spec, saved_result)
 
 
-def _resumable_messages(messages: list[Any], recorder: ToolResultRecorder) -> list[Any]:
+def resumable_messages(messages: list[Any], recorder: ToolResultRecorder) -> list[Any]:
     """The agent's history without a tool-result message holding a result the abort cut short: Strands
     then runs that round again (finished calls answered from the recorder)."""
     kept = list(messages)
@@ -165,7 +166,7 @@ def _resumable_messages(messages: list[Any], recorder: ToolResultRecorder) -> li
     return kept
 
 
-def _pending_round_results(messages: list[Any], recorder: ToolResultRecorder) -> dict[str, Any]:
+def pending_round_results(messages: list[Any], recorder: ToolResultRecorder) -> dict[str, Any]:
     """The finished results of the tool round the history ends with (the one that runs again on
     resume); earlier rounds' results are in the messages already."""
     last = messages[-1] if messages else {}
@@ -175,7 +176,7 @@ def _pending_round_results(messages: list[Any], recorder: ToolResultRecorder) ->
     return {tool_id: result for tool_id, result in recorder.finished.items() if tool_id in ids}
 
 
-def _has_next_step(messages: list[Any]) -> bool:
+def has_next_step(messages: list[Any]) -> bool:
     """Whether the history ends where the agent goes on by itself: a user message (the model is
     next) or an assistant message asking for tools (a tool round is next)."""
     if not messages:
@@ -186,87 +187,42 @@ def _has_next_step(messages: list[Any]) -> bool:
     return any("toolUse" in block for block in last.get("content") or [])
 
 
-def snapshot(
-    sample: Any,
-    model: Any,
-    messages: list[Any],
-    limiter: ToolLimiter,
-    tool_stats: Any,
-    recorder: ToolResultRecorder,
-    finished: tuple[str, str] | None,
-    masked_null_logprobs: int,
-    keep_transcript: bool = False,
-) -> dict[str, Any] | None:
-    """The state that lets an aborted episode go on (plain JSON), or None when there is nothing to
-    keep (no model output yet) or the sample does not hold the trajectory.
+def tool_stats_dict(tool_stats: Any) -> dict[str, Any]:
+    """The sandbox statistics (plain JSON) an aborted episode carries over."""
+    if tool_stats is None:
+        return {}
+    return {name: getattr(tool_stats, name) for name in TOOL_STAT_NAMES if hasattr(tool_stats, name)}
 
-    ``finished`` is ``(status, finish_reason)`` when the episode itself had ended before the abort was
-    seen: the resumed attempt then only reports it, without a model call. ``keep_transcript`` keeps
-    each turn's chat-template view too (the ``keep_transcript`` setting's ``metadata.transcript``)."""
-    trajectory: TokenTrajectory = model.trajectory
-    if not trajectory.num_outputs or model.closed_trajectories:
-        return None
-    if list(sample.tokens) != trajectory.token_ids.tolist():
-        logger.warning("partial rollout: the sample does not hold the episode's trajectory; not saved")
-        return None
-    kept_messages = _resumable_messages(messages, recorder)
-    if not finished and not _has_next_step(kept_messages):
-        return None  # the episode ended some other way (an error) before the abort: start it over
-    model_state = model.export_episode_state(with_transcript=keep_transcript)
-    counters = limiter.counters()
-    # calls that returned output; the one the abort cut short is made again on resume
-    counters["model_call_count"] = min(
-        counters["model_call_count"], trajectory.turn_count + model.stats.rolled_back_turns
-    )
-    state = {
-        "version": STATE_VERSION,
-        "prompt_key": prompt_key(sample.prompt),
-        "token_count": len(trajectory),
-        "response_length": trajectory.response_length,
-        "trajectory": trajectory.layout(),
-        "messages": kept_messages,
-        "model": model_state,
-        "limiter": counters,
-        "tool_stats": _tool_stats_dict(tool_stats),
-        "tool_results": _pending_round_results(kept_messages, recorder),
-        "finished": list(finished) if finished else None,
-        "masked_null_logprobs": masked_null_logprobs,
-    }
-    try:  # a detached, plain-JSON copy: nothing the buffer holds aliases the live episode
+
+def restore_tool_stats(tool_stats: Any, saved: Mapping[str, Any] | None) -> None:
+    """Continue the sandbox statistics of an earlier attempt (:func:`tool_stats_dict`)."""
+    if tool_stats is not None:
+        for name, value in (saved or {}).items():
+            setattr(tool_stats, name, value)
+
+
+def reset_tool_stats(tool_stats: Any) -> None:
+    """Zero the sandbox statistics (an attempt that starts over)."""
+    for name in TOOL_STAT_NAMES:
+        if tool_stats is not None and hasattr(tool_stats, name):
+            setattr(tool_stats, name, type(getattr(tool_stats, name))())
+
+
+def detached(state: dict[str, Any]) -> dict[str, Any] | None:
+    """A plain-JSON copy of ``state`` (nothing the buffer holds aliases the live episode), or None when
+    it is not JSON (logged)."""
+    try:
         return json.loads(json.dumps(state, ensure_ascii=False))
     except (TypeError, ValueError) as exc:
         logger.warning("partial rollout: the episode state is not JSON (%s); not saved", exc)
         return None
 
 
-def _tool_stats_dict(tool_stats: Any) -> dict[str, Any]:
-    if tool_stats is None:
-        return {}
-    return {
-        name: getattr(tool_stats, name)
-        for name in ("calls", "errors", "timeouts", "infra_failures", "seconds")
-        if hasattr(tool_stats, name)
-    }
-
-
-def restore(
-    state: Mapping[str, Any], sample: Any, model: Any, limiter: ToolLimiter, tool_stats: Any
-) -> list[Any]:
-    """Put the saved episode back into a fresh model, limiter and sandbox statistics; returns a
-    copy of the messages to start the agent with.
+def saved_messages(state: Mapping[str, Any]) -> list[Any]:
+    """A copy of the saved Strands messages to start the resumed agent with.
 
     Raises:
-        KeyError, TypeError, ValueError: the state is malformed (the caller starts over)."""
-    trajectory = TokenTrajectory.from_layout(
-        list(sample.tokens), list(sample.rollout_log_probs), state["trajectory"]
-    )
-    if trajectory.response_length != int(state["response_length"]):
-        raise ValueError("the saved layout's prompt does not match the sample's response length")
-    model.restore_episode_state(state["model"], trajectory)
-    limiter.restore_counters(state["limiter"])
-    if tool_stats is not None:
-        for name, value in (state.get("tool_stats") or {}).items():
-            setattr(tool_stats, name, value)
+        ValueError: they are not Strands messages."""
     messages = copy.deepcopy(list(state["messages"]))
     if not all(isinstance(m, Mapping) and m.get("role") in ("user", "assistant") for m in messages):
         raise ValueError("the saved messages are not Strands messages")

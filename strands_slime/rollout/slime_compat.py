@@ -433,40 +433,40 @@ def status_name(sample: Any) -> str:
     return str(getattr(value, "value", value) or "pending")
 
 
-_IMPORT_ERROR: str | None = None
-"""Why slime's ``GenerateState`` could not be imported (None: not tried, or imported)."""
+_IMPORT_ERROR = "slime_compat: GenerateState import error"
+"""``Runtime.state`` key: why slime's ``GenerateState`` could not be imported (absent: not tried, or imported)."""
+_DETACHED = "slime_compat: detached from GenerateState"
+"""``Runtime.state`` key, present in an episode executor's worker process."""
+_TRACING = "slime_compat: tracing helpers"
+"""``Runtime.state`` key: slime's tracing helpers once looked up (None: slime has none)."""
 
 
 def _generate_state_class() -> Any | None:
     """slime's ``GenerateState``. A failed import costs ~0.1 ms, too much per episode: it is tried once,
     and again only if someone imported (or stubbed) slime's module since."""
-    global _IMPORT_ERROR
     module = sys.modules.get("slime.rollout.sglang_rollout")
     if module is not None:
         return getattr(module, "GenerateState", None)
-    if _IMPORT_ERROR is not None:
+    state = get_runtime().state
+    if _IMPORT_ERROR in state:
         return None
     try:
         from slime.rollout.sglang_rollout import GenerateState
     except ImportError as exc:
-        _IMPORT_ERROR = f"cannot import slime.rollout.sglang_rollout: {type(exc).__name__}: {exc}"
+        state[_IMPORT_ERROR] = f"cannot import slime.rollout.sglang_rollout: {type(exc).__name__}: {exc}"
         return None
     return GenerateState
-
-
-_DETACHED = False
 
 
 def detach_from_generate_state() -> None:
     """Never use slime's ``GenerateState`` in this process (an episode executor's worker): building it
     here would load a second tokenizer and give a flag slime never sets; the worker's own abort flag
     (``args.abort_event``) and tokenizer stand in."""
-    global _DETACHED
-    _DETACHED = True
+    get_runtime().state[_DETACHED] = True
 
 
 def _slime_generate_state(args: Any) -> Any | None:
-    if _DETACHED:
+    if _DETACHED in get_runtime().state:
         return None
     state_class = _generate_state_class()
     if state_class is None:
@@ -549,9 +549,11 @@ def _log_missing_slime_flag() -> None:
     module = sys.modules.get("slime.rollout.sglang_rollout")
     if module is not None and getattr(module, "GenerateState", None) is None:
         _warn_abort_off_once("slime.rollout.sglang_rollout has no GenerateState")
-    elif _IMPORT_ERROR is not None and _abort_off_key(_IMPORT_ERROR) not in get_runtime().logged:
+        return
+    import_error = get_runtime().state.get(_IMPORT_ERROR)
+    if import_error is not None and _abort_off_key(import_error) not in get_runtime().logged:
         slime_installed = importlib.util.find_spec("slime") is not None
-        _warn_abort_off_once(_IMPORT_ERROR, level=logging.WARNING if slime_installed else logging.INFO)
+        _warn_abort_off_once(import_error, level=logging.WARNING if slime_installed else logging.INFO)
 
 
 def abort_check(args: Any) -> Callable[[], bool]:
@@ -571,24 +573,22 @@ def slime_tokenizer(args: Any) -> Any | None:
     return getattr(state, "tokenizer", None) if state is not None else None
 
 
-_TRACING: list[tuple[type, Any, Any] | None] = []
-
-
 def _slime_tracing() -> tuple[type, Any, Any] | None:
     """slime's tracing helpers, looked up once slime's ``Sample`` type is loaded (before that no slime
     sample can exist, and a failed import would search ``sys.path`` again on every episode); a slime
     without them is remembered as such."""
-    if not _TRACING:
+    state = get_runtime().state
+    if _TRACING not in state:
         if "slime.utils.types" not in sys.modules:
             return None
         try:
             from slime.observability.trace_utils import build_sglang_meta_trace_attrs, trace_span
             from slime.utils.types import Sample as SlimeSample
         except ImportError:
-            _TRACING.append(None)
+            state[_TRACING] = None
         else:
-            _TRACING.append((SlimeSample, trace_span, build_sglang_meta_trace_attrs))
-    return _TRACING[0]
+            state[_TRACING] = (SlimeSample, trace_span, build_sglang_meta_trace_attrs)
+    return state[_TRACING]
 
 
 def request_trace(sample: Any) -> Callable[[Mapping[str, Any]], Any] | None:

@@ -24,7 +24,7 @@ from typing import Any
 from strands.tools.tools import PythonAgentTool
 from strands.types.tools import AgentTool, ToolResult, ToolSpec, ToolUse
 
-from strands_slime.provider.client import SGLangAbortedError, run_abortable
+from strands_slime.aborts import AbortedError, run_abortable
 from strands_slime.sandbox.base import importable_modules
 from strands_slime.sandbox.core import Sandbox
 from strands_slime.sandbox.result import ExecutionResult, ResultKind
@@ -169,7 +169,7 @@ def create_python_tool(
         else:
             try:
                 result = await run_abortable(sandbox.run(code), abort_check, "the tool call")
-            except SGLangAbortedError:
+            except AbortedError:
                 return {
                     "toolUseId": tool_use["toolUseId"],
                     "status": "error",

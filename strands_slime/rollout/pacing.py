@@ -6,8 +6,9 @@ resume together, and each one's synchronous stretch (set-up, templating, parsing
 bookkeeping) runs back to back in one iteration: 1,024 episodes x 0.5 ms of set-up is half a second
 in which no reply is read. :func:`turn` is a gate each such stretch passes first: it admits work in
 batches of about :data:`SLICE_S` of CPU per loop iteration, in arrival order, and is free (no
-suspension) while the loop is not busy. Start-up (``rollout.startup``) and every model call
-(``provider.model``) share the loop's one gate, so together they stay within the budget.
+suspension) while the loop is not busy. Start-up (``rollout.startup``) and every model call (the
+episode hands its model a ``pace`` callback that passes the gate) share the loop's one gate, so
+together they stay within the budget.
 
 This module imports nothing of the package.
 """

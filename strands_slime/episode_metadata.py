@@ -3,7 +3,7 @@
 ``generate`` and the reward write these keys; the rollout metrics, the dynamic-sampling filters, the
 reward, the offline runner's summary, the eval metrics, the viewer and the drift audit read them
 (through :meth:`EpisodeMetadata.from_metadata`, never by a key string); ``reset_attempt`` removes them from a sample slime sends back; the table in
-``docs/rollout.md`` is generated from them (``python -m strands_slime.rollout.episode_metadata``). Adding a
+``docs/rollout.md`` is generated from them (``python -m strands_slime.episode_metadata``). Adding a
 key is one field below with its description (and, if it should reach W&B, its metrics); a test fails
 until the docs table is regenerated.
 
