@@ -4,9 +4,9 @@ Launch scripts and notebooks pass dotted paths to slime (``strands_slime.metrics
 ``strands_slime.filters.drop_infra_failures_and_zero_std``, ...) that the move into ``provider/``,
 ``rollout/`` and ``reward/`` broke. :data:`MOVED` maps each old module path to where it lives now; an
 import of an old path gets the new module itself (the same object, so state is never duplicated) and
-one ``DeprecationWarning`` per path and process naming the new path. The finder answers only for the
-names in :data:`MOVED` and only when no real module of that name exists (it runs after Python's own
-finders).
+one ``DeprecationWarning`` per path and process naming the new path. The finder runs first (so that
+``strands_slime.math_answer.judge`` is not found again as a second copy under the old package's path)
+and answers only for the names in :data:`MOVED`: one dict lookup for any other import.
 
 ``strands_slime.rollout`` and ``strands_slime.reward`` were modules before they became packages; their
 old attributes (``strands_slime.rollout.generate``, ``strands_slime.reward.reward_func``, ...) are
@@ -115,7 +115,7 @@ class _AliasLoader(importlib.abc.Loader):
 
 
 class _MovedModuleFinder(importlib.abc.MetaPathFinder):
-    """Finds the old module paths of :data:`MOVED` (after every other finder)."""
+    """Finds the old module paths of :data:`MOVED` (before every other finder)."""
 
     def find_spec(
         self, fullname: str, path: Any = None, target: Any = None
@@ -130,7 +130,7 @@ class _MovedModuleFinder(importlib.abc.MetaPathFinder):
 def install() -> None:
     """Serve the old module paths (once per process; the package's ``__init__`` calls it)."""
     if not any(isinstance(finder, _MovedModuleFinder) for finder in sys.meta_path):
-        sys.meta_path.append(_MovedModuleFinder())
+        sys.meta_path.insert(0, _MovedModuleFinder())
 
 
 def moved_attribute(package: str, name: str) -> Any:

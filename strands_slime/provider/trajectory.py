@@ -10,6 +10,10 @@ pass of the cyclic garbage collector walks, pausing the event loop that all roll
 collector sees an array as one object with one reference (its type, CPython >= 3.10 tracks arrays for
 that alone), whatever its length, and it stores 13 bytes per token. What leaves the trajectory (slime's
 ``Sample``, JSON, the viewer) is a plain list.
+
+They are :class:`TokenArray` objects: arrays that also compare equal to a list or tuple of the same values
+(and whose slices and copies are ``TokenArray`` too), so code written against the seed's list API
+(``model.trajectory.token_ids == [...]``) keeps meaning what it says.
 """
 
 from __future__ import annotations
@@ -85,6 +89,53 @@ _SIGN_BYTE = 3 if sys.byteorder == "little" else 0
 """Which byte of a 4-byte int holds its top (sign) bit."""
 if array(TOKEN_ID_TYPECODE).itemsize != 4 or array("I").itemsize != 4:
     raise ImportError("strands_slime needs 4-byte C ints (array typecodes 'i' and 'I')")
+
+
+class TokenArray(array):  # type: ignore[type-arg]
+    """An ``array.array`` of per-token values that behaves like the list it stands for where a list user
+    would notice: it equals a list or tuple holding the same values (``[1, 2] == TokenArray("i", [1, 2])``),
+    and its slices, copies and concatenations are ``TokenArray`` again. Everything else is ``array``'s
+    (``.tolist()``, the buffer protocol, pickling)."""
+
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        """Equal to an array of equal values, or to a list/tuple of the same values in the same order."""
+        if isinstance(other, array):
+            return array.__eq__(self, other)
+        if isinstance(other, (list, tuple)):
+            return len(self) == len(other) and self.tolist() == list(other)
+        return NotImplemented
+
+    def __ne__(self, other: object) -> bool:
+        """The negation of :meth:`__eq__`."""
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __getitem__(self, index: Any) -> Any:
+        """An item, or for a slice a ``TokenArray``."""
+        item = array.__getitem__(self, index)
+        return TokenArray(self.typecode, item) if isinstance(index, slice) else item
+
+    def __add__(self, other: Any) -> TokenArray:
+        """The concatenation with an array, list or tuple, as a ``TokenArray``."""
+        joined = TokenArray(self.typecode, self)
+        joined.extend(other)
+        return joined
+
+    def __copy__(self) -> TokenArray:
+        """A ``TokenArray`` copy."""
+        return TokenArray(self.typecode, self)
+
+    def __deepcopy__(self, memo: Any) -> TokenArray:
+        """A ``TokenArray`` copy (the values are plain numbers)."""
+        return TokenArray(self.typecode, self)
+
+
+def _empty(typecode: str) -> TokenArray:
+    return TokenArray(typecode)
 
 
 def token_array(token_ids: Iterable[int]) -> array[int]:
@@ -164,15 +215,14 @@ def _logprobs_with_gaps(logprobs: Iterable[float | None]) -> tuple[array[float],
 class TokenTrajectory:
     """Token ids, loss mask and logprobs of one episode (``segments[0]`` is the initial prompt).
 
-    ``token_ids`` is an ``array('i')``, ``loss_mask`` an ``array('b')`` and ``logprobs`` an
-    ``array('d')`` (lists given to the constructor are converted): the garbage collector does not
-    walk their elements. Compare them with ``.tolist()``: an array never equals a list. The views
-    that hand data out (:attr:`segments`, :meth:`last_output_ids`, :meth:`response_slices`) return
-    lists."""
+    ``token_ids`` is a :class:`TokenArray` of typecode ``'i'``, ``loss_mask`` of ``'b'`` and ``logprobs``
+    of ``'d'`` (lists given to the constructor are converted): the garbage collector does not walk their
+    elements, and each equals the list of its values. The views that hand data out (:attr:`segments`,
+    :meth:`last_output_ids`, :meth:`response_slices`) return lists."""
 
-    token_ids: array[int] = field(default_factory=lambda: array(TOKEN_ID_TYPECODE))
-    loss_mask: array[int] = field(default_factory=lambda: array(LOSS_MASK_TYPECODE))
-    logprobs: array[float] = field(default_factory=lambda: array(LOGPROB_TYPECODE))
+    token_ids: TokenArray = field(default_factory=lambda: _empty(TOKEN_ID_TYPECODE))
+    loss_mask: TokenArray = field(default_factory=lambda: _empty(LOSS_MASK_TYPECODE))
+    logprobs: TokenArray = field(default_factory=lambda: _empty(LOGPROB_TYPECODE))
     segment_info: list[Segment] = field(default_factory=list)
     missing_logprobs: int = 0
     """Output positions whose logprob the server returned as null (stored as ``-inf``)."""
@@ -181,14 +231,18 @@ class TokenTrajectory:
     def __post_init__(self) -> None:
         """Store what was given as the three arrays (lists from older callers are converted); the ids are
         checked (and copied) even when given as an array."""
-        self.token_ids = token_array(self.token_ids)
+        self.token_ids = TokenArray(TOKEN_ID_TYPECODE, token_array(self.token_ids))
         if not (isinstance(self.loss_mask, array) and self.loss_mask.typecode == LOSS_MASK_TYPECODE):
             try:
                 self.loss_mask = array(LOSS_MASK_TYPECODE, self.loss_mask)
             except (OverflowError, TypeError) as exc:
                 raise ValueError(f"the loss mask must hold 0s and 1s: {exc}") from None
+        if not isinstance(self.loss_mask, TokenArray):
+            self.loss_mask = TokenArray(LOSS_MASK_TYPECODE, self.loss_mask)
         if not (isinstance(self.logprobs, array) and self.logprobs.typecode == LOGPROB_TYPECODE):
             self.logprobs = _logprob_array(self.logprobs)
+        if not isinstance(self.logprobs, TokenArray):
+            self.logprobs = TokenArray(LOGPROB_TYPECODE, self.logprobs)
 
     # ------------------------------------------------------------------ views
 
@@ -306,9 +360,9 @@ class TokenTrajectory:
 
     def reset(self) -> None:
         """Empty the trajectory for a new episode."""
-        self.token_ids = array(TOKEN_ID_TYPECODE)
-        self.loss_mask = array(LOSS_MASK_TYPECODE)
-        self.logprobs = array(LOGPROB_TYPECODE)
+        self.token_ids = _empty(TOKEN_ID_TYPECODE)
+        self.loss_mask = _empty(LOSS_MASK_TYPECODE)
+        self.logprobs = _empty(LOGPROB_TYPECODE)
         self.segment_info = []
         self.missing_logprobs = 0
         self._turns = []
