@@ -14,6 +14,8 @@ from strands_slime.aborts import ABORT_POLL_S, abort_check_failures, run_abortab
 from strands_slime.rollout.metrics import compute_rollout_metrics
 from strands_slime.rollout.slime_compat import Sample
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.fixture(autouse=True)
 def _fresh_process() -> None:

@@ -10,6 +10,8 @@ import pytest
 from benchmarks import bench_gc, run_all
 from strands_slime.provider.trajectory import TokenTrajectory
 
+pytestmark = pytest.mark.unit
+
 
 def test_episodes_are_a_prompt_then_outputs_and_tool_results_in_turn() -> None:
     rng = numpy.random.default_rng(5)

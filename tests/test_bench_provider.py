@@ -18,6 +18,8 @@ from strands_slime.devserver import DevServerThread
 from strands_slime.provider import client as client_module
 from strands_slime.provider.client import SGLangClient, SGLangDecodingError
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.fixture(scope="module")
 def small_transcripts(qwen3_tokenizer: Any) -> list[dict[str, Any]]:
@@ -427,6 +429,7 @@ def test_driver_runs_round_after_round_from_the_start_it_is_given(
     assert calls > 0 and ms is not None and ms > 0
 
 
+@pytest.mark.slow  # two drivers, two servers
 def test_side_by_side_runs_both_drivers_in_one_window(
     small_transcripts: list[dict[str, Any]], tmp_path: Path
 ) -> None:
@@ -476,6 +479,7 @@ def test_report_judges_the_goal_side_by_side() -> None:
     assert "| 256 | 4.90 | 8.00 | 0.61 | 0.60, 0.62 | n/a | no |" in markdown
 
 
+@pytest.mark.slow  # two servers
 def test_side_by_side_says_why_a_driver_ended_before_its_warm_up(
     small_transcripts: list[dict[str, Any]], tmp_path: Path
 ) -> None:

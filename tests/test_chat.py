@@ -18,6 +18,8 @@ from strands_slime.provider.chat import (
     tool_specs_to_template_tools,
 )
 
+pytestmark = pytest.mark.unit
+
 IM_END = 151645
 EMPTY_THINK = [151667, 271, 151668, 271]  # "<think>\n\n</think>\n\n"
 INSTRUCT_TEMPLATE = (Path(__file__).parent / "data" / "templates" / "chatml_instruct.jinja").read_text()

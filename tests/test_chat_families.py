@@ -22,6 +22,8 @@ from strands_slime.provider.chat_families import UnsupportedChatTemplate, detect
 from strands_slime.provider.deepseek_v32 import ASSISTANT, BOS, EOS, USER
 from strands_slime.provider.template_check import Turn, simulate_episode, stop_token_id
 
+pytestmark = pytest.mark.unit
+
 TEMPLATES = Path(__file__).parent / "data" / "templates"
 TOOL_SPECS = [
     {
@@ -384,6 +386,7 @@ async def test_agent_episode_over_http(tmp_path: Path, case_name: str, eos: str,
     trajectory.check()
 
 
+@pytest.mark.slow  # 9 s
 @pytest.mark.parametrize(
     "case_name", [name if name == "glm47" else pytest.param(name, marks=pytest.mark.slow) for name in CASES]
 )
@@ -399,6 +402,7 @@ def test_template_check_cli_passes_for_each_family(
     assert f"chat family {CASES[case_name].family}" in out and "0 failures" in out
 
 
+@pytest.mark.slow  # 8 s
 def test_template_check_reports_a_template_that_cannot_be_appended_to(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -17,6 +17,8 @@ from waiting import wait_until_sync
 from strands_slime.cli import RolloutOptions, main, run_rollout
 from strands_slime.devserver import DevServerThread
 
+pytestmark = pytest.mark.integration
+
 DATA_DIR = Path(__file__).resolve().parents[1] / "strands_slime" / "data"
 DEMO = DATA_DIR / "demo_problems.jsonl"
 SCRIPT = DATA_DIR / "demo_script.json"
@@ -44,6 +46,7 @@ async def test_rollout_on_the_demo_problems(tmp_path: Path) -> None:
     assert "| accuracy | 0.8000 |" in (tmp_path / "summary.md").read_text()
 
 
+@pytest.mark.slow  # 18 s
 def test_demo_command_end_to_end(tmp_path: Path) -> None:
     result = subprocess.run(
         [
@@ -111,6 +114,7 @@ def test_data_config_and_tokenizer_errors_are_one_line(
         main(["rollout", "--data", str(bad), "--debug", *out])
 
 
+@pytest.mark.unit
 def test_dead_or_silent_base_url_fails_in_seconds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     started = time.monotonic()
     refused = ["rollout", "--data", str(DEMO), "--base-url", "http://127.0.0.1:9", "--out", str(tmp_path)]
@@ -193,6 +197,7 @@ def _wait_for_lines(path: Path, count: int, deadline_s: float) -> None:
     )
 
 
+@pytest.mark.slow  # 57 s
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_interrupt_keeps_finished_samples_and_resume_runs_the_rest(tmp_path: Path, signum: int) -> None:
     samples = tmp_path / "samples.jsonl"
@@ -280,6 +285,7 @@ def _wandb_records(run_file: Path) -> list[Any]:
     return records
 
 
+@pytest.mark.slow  # 7 s at load 7
 async def test_wandb_offline_logs_zeros_and_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("wandb")
     monkeypatch.setenv("WANDB_MODE", "offline")

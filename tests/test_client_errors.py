@@ -13,6 +13,8 @@ from strands_slime.provider.client_errors import (
     classify_http_error,
 )
 
+pytestmark = pytest.mark.integration
+
 
 def test_every_error_is_the_same_class_from_both_modules() -> None:
     for name in client_errors.__all__:

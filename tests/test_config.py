@@ -19,6 +19,8 @@ from strands_slime.config import (
 )
 from strands_slime.provider.limits import DEFAULT_MAX_MODEL_CALLS, ToolLimiter
 
+pytestmark = pytest.mark.integration
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -108,6 +110,7 @@ def _validate(*argv: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow  # 10 s at load 7
 def test_validator_command_for_the_launch_scripts_dry_run(tmp_path: Path) -> None:
     good = _validate(str(REPO / "configs" / "strands_math.yaml"))
     assert good.returncode == 0 and good.stdout.startswith("strands_slime config OK")

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.integration
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:  # the top-level data_prep (in the wheel: strands_slime.data_prep)
     sys.path.insert(0, str(REPO_ROOT))
@@ -179,6 +181,7 @@ def test_validate_row(row: object, problem: str | None) -> None:
             validate_row(row, DAPO)  # type: ignore[arg-type]
 
 
+@pytest.mark.slow  # 6.5 s at load 7
 def test_cli_end_to_end_in_a_subprocess(tmp_path: Path) -> None:
     env = {**os.environ, "HF_DATASETS_CACHE": str(tmp_path / "cache"), "DATA_DIR": str(tmp_path / "data")}
     command = [sys.executable, "-m", "data_prep.download", "--dataset", "dapo", "--source"]

@@ -13,6 +13,8 @@ import pytest
 from strands_slime.devserver import URL_LINE_PREFIX, DevServerProcess, DevServerThread, serve_main
 from strands_slime.provider.client import SGLangClient
 
+pytestmark = pytest.mark.integration
+
 
 def post_json(url: str, payload: dict) -> dict:
     request = urllib.request.Request(

@@ -6,8 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from strands_slime.devserver import DevServer
 from strands_slime.provider.client import SGLangClient
+
+pytestmark = pytest.mark.unit
 
 SCRIPT = [{"match": None, "replies": ["one two three four five six seven eight nine ten"]}]
 

@@ -12,6 +12,8 @@ import pytest
 from strands_slime.devserver import DevServer
 from strands_slime.provider.client import SGLangClient, SGLangConnectionError, SGLangDecodingError
 
+pytestmark = pytest.mark.unit
+
 SCRIPT = [{"match": None, "replies": ["Hello there, this is a scripted reply."]}]
 
 

@@ -12,6 +12,8 @@ import torch
 from strands_slime.devserver import DevServer, DevServerThread, build_tiny_qwen3, full_forward_logprobs
 from strands_slime.provider.client import SGLangClient
 
+pytestmark = pytest.mark.slow
+
 TOLERANCE = 1e-5
 
 

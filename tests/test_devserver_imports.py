@@ -5,7 +5,11 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 import strands_slime.devserver
+
+pytestmark = pytest.mark.unit
 
 PACKAGE = "strands_slime.devserver"
 

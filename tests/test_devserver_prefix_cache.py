@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from strands_slime.devserver.prefix_cache import PrefixCache
+
+pytestmark = pytest.mark.unit
 
 tokens = st.lists(st.integers(min_value=0, max_value=3), min_size=1, max_size=90)
 

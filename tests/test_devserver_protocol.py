@@ -23,6 +23,8 @@ from strands_slime.provider.client import (
     SGLangThrottledError,
 )
 
+pytestmark = pytest.mark.unit
+
 IM_END = 151645
 ENDOFTEXT = 151643
 HELLO = "Hello there, world!"

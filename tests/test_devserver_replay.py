@@ -13,6 +13,8 @@ from strands_slime.devserver import DevServer
 from strands_slime.provider.client import SGLangClient
 from strands_slime.rollout.slime_compat import decode_int32_meta_array
 
+pytestmark = pytest.mark.unit
+
 SCRIPT = [{"match": "LONG", "replies": ["word " * 300]}, {"replies": ["The answer is 5.\n\nAnswer: 5"]}]
 PROMPT = [151644, 872, 198, 9707, 151645, 198, 151644, 77091, 198]
 

@@ -19,6 +19,8 @@ from strands_slime.devserver import (
 )
 from strands_slime.provider.client import SGLangBadRequestError, SGLangClient
 
+pytestmark = pytest.mark.unit
+
 IM_END = 151645
 
 

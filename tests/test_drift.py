@@ -14,6 +14,8 @@ from strands_slime.cli import RolloutOptions, run_rollout
 from strands_slime.drift import audit, audit_trajectory
 from strands_slime.provider.chat import ChatTemplater
 
+pytestmark = pytest.mark.integration
+
 IM_END = 151645
 
 
@@ -103,6 +105,7 @@ async def test_audit_over_a_rollout(tmp_path: Path) -> None:
     assert "BPE round trip" in report.render_markdown()
 
 
+@pytest.mark.slow  # 12 s
 def test_drift_command_on_saved_samples(tmp_path: Path, qwen3_tokenizer: Any) -> None:
     templater = ChatTemplater(qwen3_tokenizer)
     hello = templater.encode("Hel") + templater.encode("lo") + [IM_END]

@@ -19,6 +19,8 @@ from strands_slime.reward.eval_metrics import (
     summarize_by,
 )
 
+pytestmark = pytest.mark.unit
+
 
 def brute_force_pass_at_k(n: int, c: int, k: int) -> float:
     """The fraction of all k-subsets of n samples (c correct) that contain a correct one."""

@@ -43,6 +43,8 @@ from strands_slime.rollout import executor
 from strands_slime.rollout.resume import STATE_KEY
 from strands_slime.rollout.slime_compat import Sample
 
+pytestmark = pytest.mark.unit
+
 STAMP_CODE = "import time\nprint(time.time_ns())"
 """A tool whose output differs on every run: a call that ran again would change the tokens."""
 STAMP_SCRIPT = [

@@ -15,6 +15,8 @@ from strands_slime.devserver import DevServer
 from strands_slime.rollout import executor
 from strands_slime.rollout.resume import STATE_KEY
 
+pytestmark = pytest.mark.slow
+
 EXECUTOR = {"strands_slime": {**WITH_TOOLS["strands_slime"], "executor": {"workers": 1}}}
 
 

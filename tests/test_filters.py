@@ -9,6 +9,8 @@ from slime_upstream import require_slime
 
 from strands_slime.rollout.filters import drop_groups_with_infra_failures, drop_infra_failures_and_zero_std
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture(scope="module")
 def slime_filters() -> SimpleNamespace:

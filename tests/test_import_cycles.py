@@ -13,6 +13,8 @@ import pytest
 
 grimp = pytest.importorskip("grimp", reason="grimp (a [dev] dependency) builds the import graph")
 
+pytestmark = pytest.mark.unit
+
 PACKAGE = "strands_slime"
 
 # Cycles other engineers are breaking on their branches (issue 15, point 3). Remove each entry once its

@@ -22,6 +22,8 @@ from strands_slime.reward.math_answer import (
     parse_number,
 )
 
+pytestmark = pytest.mark.unit
+
 needs_math_verify = pytest.mark.skipif(not math_verify_available(), reason="math-verify not installed")
 
 
@@ -163,6 +165,7 @@ def test_missing_label_is_never_correct() -> None:
         assert not check.correct and check.reason == "no_label"
 
 
+@pytest.mark.integration
 @needs_math_verify
 def test_math_verify_decides_what_strings_and_numbers_cannot(verifier: MathVerifier) -> None:
     sqrt = check_answer("Answer: \\sqrt{1156}", "34", verifier=verifier)
@@ -174,6 +177,7 @@ def test_math_verify_decides_what_strings_and_numbers_cannot(verifier: MathVerif
     assert check_answer("Answer: \\sqrt{1156}", "34").reason == "wrong"
 
 
+@pytest.mark.integration
 @needs_math_verify
 async def test_async_check_runs_math_verify_off_the_event_loop(verifier: MathVerifier) -> None:
     verifier.warm_up()
@@ -194,6 +198,7 @@ async def test_async_check_runs_math_verify_off_the_event_loop(verifier: MathVer
     assert threads and loop_thread not in threads
 
 
+@pytest.mark.integration
 @needs_math_verify
 async def test_hung_sympy_is_killed_at_the_deadline_and_the_loop_stays_live() -> None:
     verifier = MathVerifier(timeout_s=0.5, workers=1)

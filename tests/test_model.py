@@ -28,6 +28,8 @@ from strands_slime.provider.limits import ToolIterationLimiter, ToolLimiter
 from strands_slime.provider.model import SGLangModel
 from strands_slime.provider.trajectory import mask_runs
 
+pytestmark = pytest.mark.unit
+
 IM_END = 151645
 CALLS: list[str] = []
 

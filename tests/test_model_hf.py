@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from strands import Agent
 from strands.agent.conversation_manager import NullConversationManager
 from strands.types.exceptions import MaxTokensReachedException
 
 from strands_slime.devserver import DevServer, build_tiny_qwen3, full_forward_logprobs
 from strands_slime.provider.model import SGLangModel
+
+pytestmark = pytest.mark.slow
 
 
 async def test_rollout_logprobs_match_full_forward(qwen3_tokenizer: Any) -> None:

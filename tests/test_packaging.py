@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.integration
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGED = ("pyproject.toml", "README.md", "strands_slime", "configs", "data_prep")
 
@@ -24,6 +26,7 @@ def _run(*args: str, cwd: Path, timeout: float = 600, env: dict[str, str] | None
     return result.stdout
 
 
+@pytest.mark.slow  # 21 s
 @pytest.mark.parametrize(
     ("command", "exit_code"),
     [(["serve", "--backend", "hf", "--port", "0"], 2), (["drift", "--n-samples", "1", "--out", "{tmp}"], 1)],

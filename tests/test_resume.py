@@ -32,6 +32,8 @@ from strands_slime.rollout.resume import STATE_KEY
 from strands_slime.rollout.slime_compat import Sample
 from strands_slime.sandbox import get_shared_sandbox
 
+pytestmark = pytest.mark.integration
+
 SLEEP_CODE = "import time\ntime.sleep(0.6)\nprint(17 * 2)"
 SCRIPT = [
     solve_with_tool("seventeen", "print(17 * 2)", "34"),

@@ -10,6 +10,8 @@ import pytest
 from strands_slime.provider.limits import ToolLimiter
 from strands_slime.provider.trajectory import TokenTrajectory
 
+pytestmark = pytest.mark.unit
+
 
 def trajectory() -> TokenTrajectory:
     built = TokenTrajectory()

@@ -16,6 +16,8 @@ import strands_slime
 from strands_slime.reward.dapo import RewardConfig, reward_func, scoring_text, shape_reward
 from strands_slime.reward.math_answer import math_verify_available
 
+pytestmark = pytest.mark.unit
+
 NO_SHAPING = RewardConfig(shaping="none")
 STRANDS_SHAPING = RewardConfig(shaping="strands_example")
 needs_math_verify = pytest.mark.skipif(not math_verify_available(), reason="math-verify not installed")
@@ -311,6 +313,7 @@ _answer_like = st.lists(
 ).map("".join)
 
 
+@pytest.mark.slow  # 8 s
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     final_text=st.one_of(_answer_like, _weird_values()),
@@ -337,6 +340,7 @@ async def test_never_raises_on_any_input(
         assert -1.1 <= score <= 1.0
 
 
+@pytest.mark.integration
 @needs_math_verify
 @settings(max_examples=40, deadline=None)
 @given(final_text=_answer_like, label=st.sampled_from(["34", "\\frac{1}{2}", "x+1", "", "\\sqrt{2}"]))
@@ -347,6 +351,7 @@ async def test_never_raises_with_math_verify(final_text: str, label: str) -> Non
     assert result in (1.0, -1.0)
 
 
+@pytest.mark.integration
 @needs_math_verify
 async def test_math_verify_equivalence_through_reward_func() -> None:
     sample = make_sample("Answer: \\sqrt{1156}")

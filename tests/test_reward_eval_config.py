@@ -13,6 +13,8 @@ import pytest
 import strands_slime
 from strands_slime.reward.dapo import RewardConfig, reward_func
 
+pytestmark = pytest.mark.unit
+
 omegaconf = pytest.importorskip("omegaconf")
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

@@ -25,6 +25,8 @@ from strands_slime.reward.math_answer import (
     normalize_final_answer,
 )
 
+pytestmark = pytest.mark.integration
+
 STRING_COUNT = 30_000
 SEED = 20_240_615
 ANSWER_WINDOW = 300  # slime's compute_score keeps solution_str[-300:]

@@ -19,6 +19,8 @@ from strands_slime.rollout.gc_policy import gc_policy, tune_gc_once
 from strands_slime.runtime import CACHE_NAMES, Runtime, get_runtime
 from strands_slime.sandbox import SandboxConfig, get_shared_sandbox
 
+pytestmark = pytest.mark.integration
+
 LIGHT_SANDBOX = SandboxConfig(preload_modules=("math",), timeout_s=10.0)
 ROUTER_ARGS = SimpleNamespace(sglang_router_ip="127.0.0.1", sglang_router_port=1)
 

@@ -26,6 +26,8 @@ from threaded_app import serve_app_in_thread
 from strands_slime.provider.chat import ChatTemplater
 from strands_slime.provider.client import SGLangClient
 
+pytestmark = pytest.mark.unit
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10

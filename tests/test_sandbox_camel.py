@@ -12,7 +12,7 @@ from strands_slime.sandbox import ResultKind, Sandbox, SandboxConfig
 from strands_slime.sandbox.camel_backend import parse_camel_output
 
 pytest.importorskip("camel.interpreters")
-pytestmark = [pytest.mark.timeout(60)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(60)]
 
 needs_python_on_path = pytest.mark.skipif(
     shutil.which("python") is None, reason="camel runs `python` from PATH"

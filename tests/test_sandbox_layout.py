@@ -5,7 +5,11 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 import strands_slime.sandbox
+
+pytestmark = pytest.mark.unit
 
 PACKAGE_DIR = Path(strands_slime.sandbox.__file__).parent
 

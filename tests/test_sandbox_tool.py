@@ -23,7 +23,7 @@ from strands_slime.sandbox import (
     format_result,
 )
 
-pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(60)]
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(60)]
 
 
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
@@ -77,6 +77,7 @@ async def test_description_names_only_modules_the_sandbox_imported() -> None:
         assert "ModuleNotFoundError" in ran["content"][0]["text"]
 
 
+@pytest.mark.slow  # 6 s
 async def test_tool_runs_code_and_counts(sandbox: Sandbox) -> None:
     stats = ToolStats()
     tool = create_python_tool(sandbox, stats=stats)

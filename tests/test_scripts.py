@@ -26,6 +26,8 @@ import pytest
 from slime_upstream import require_slime
 from waiting import wait_until_sync
 
+pytestmark = pytest.mark.integration
+
 REPO = Path(__file__).resolve().parents[1]
 TRAIN_SCRIPT = REPO / "scripts" / "strands_qwen3_8b.sh"
 CONVERT_SCRIPT = REPO / "scripts" / "convert_qwen3_8b.sh"
@@ -305,12 +307,14 @@ VARIANTS = {
 }
 
 
+@pytest.mark.slow  # 9 s
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_every_train_flag_exists_in_slime(tools: Path, tmp_path: Path, variant: str) -> None:
     result = _dry_train(tools, tmp_path, **VARIANTS[variant])
     _assert_known(_parse_flags(_train_command(result.stdout)), TRAIN_PY_FLAGS)
 
 
+@pytest.mark.slow  # 14 s
 def test_the_flag_check_catches_typos_and_unaccepted_values(tools: Path, tmp_path: Path) -> None:
     typo = _parse_flags(_train_command(_dry_train(tools, tmp_path, "--", "--rollout-batchsize", "8").stdout))
     with pytest.raises(AssertionError, match="--rollout-batchsize"):
@@ -442,6 +446,7 @@ def test_every_path_and_size_follows_the_environment(tools: Path, tmp_path: Path
     assert head[head.index("--num-gpus") + 1] == "4"
 
 
+@pytest.mark.slow  # 5 s
 def test_pythonpath_puts_this_repository_on_every_node(tools: Path, tmp_path: Path) -> None:
     env_vars = _runtime_env(_dry_train(tools, tmp_path).stdout)["env_vars"]
     assert env_vars["PYTHONPATH"].split(":") == ["/root/Megatron-LM", "/root/slime", str(REPO)]
@@ -455,6 +460,7 @@ def test_extra_flags_after_double_dash_reach_train_py_last(tools: Path, tmp_path
     assert _parse_flags(argv)["--num-rollout"] == ["5"]
 
 
+@pytest.mark.slow  # 12 s
 def test_dry_run_flag_and_env_agree(tools: Path, tmp_path: Path) -> None:
     by_flag = _run(TRAIN_SCRIPT, _env(tools, tmp_path), "--dry-run")
     by_env = _run(TRAIN_SCRIPT, _env(tools, tmp_path, DRY_RUN="1"))
@@ -464,6 +470,7 @@ def test_dry_run_flag_and_env_agree(tools: Path, tmp_path: Path) -> None:
     assert _ray_calls(tmp_path) == []
 
 
+@pytest.mark.slow  # 7 s
 @pytest.mark.parametrize("key_var", ["WANDB_API_KEY", "WANDB_KEY"])
 def test_wandb_only_with_a_key_and_the_key_never_printed(tools: Path, tmp_path: Path, key_var: str) -> None:
     secret = "wandb-secret-0123456789"
@@ -477,6 +484,7 @@ def test_wandb_only_with_a_key_and_the_key_never_printed(tools: Path, tmp_path: 
     assert "with WANDB_API_KEY (not printed)" in result.stdout
 
 
+@pytest.mark.slow  # 10 s
 def test_eval_config_replaces_eval_prompt_data(tools: Path, tmp_path: Path) -> None:
     flags = _parse_flags(_train_command(_dry_train(tools, tmp_path, EVAL_CONFIG="/cfg/eval.yaml").stdout))
     assert flags["--eval-config"] == ["/cfg/eval.yaml"]
@@ -537,6 +545,7 @@ def test_multi_node_rank1_joins_as_a_worker_and_submits_nothing(tools: Path, tmp
     assert "NODE_IP=10.0.0.2, SLIME_HOST_IP=10.0.0.2 in the environment of ray start" in result.stdout
 
 
+@pytest.mark.slow  # 6 s
 def test_minimal_environment_is_set_u_safe(tools: Path, tmp_path: Path) -> None:
     # Only PATH/HOME: every variable the scripts read has a default (no "unbound variable").
     for script in (TRAIN_SCRIPT, CONVERT_SCRIPT):
@@ -620,6 +629,7 @@ def test_a_worker_checks_every_input_too(tools: Path, tmp_path: Path) -> None:
     assert _ray_calls(tmp_path) == []
 
 
+@pytest.mark.slow  # 8 s
 def test_a_misspelled_rollout_config_key_fails_the_dry_run(tools: Path, tmp_path: Path) -> None:
     good = _dry_train(tools, tmp_path)
     assert "strands_slime config OK" in good.stderr
@@ -638,6 +648,7 @@ def _eval_config(tmp_path: Path, body: str) -> str:
     return str(path)
 
 
+@pytest.mark.slow  # 7 s
 def test_eval_k_and_budget_come_from_the_eval_config(tools: Path, tmp_path: Path) -> None:
     # The shipped config: Qwen3's sampling, 32k, 16 samples (avg@16, pass@1..16), whatever the env says.
     flags = _parse_flags(_train_command(_dry_train(tools, tmp_path, N_SAMPLES_PER_EVAL_PROMPT="4").stdout))
@@ -678,6 +689,7 @@ def test_an_unusable_eval_config_is_refused_in_one_line(
     assert message in error
 
 
+@pytest.mark.slow  # 14 s
 def test_the_dapo_recipe(tools: Path, tmp_path: Path) -> None:
     flags = _parse_flags(_train_command(_dry_train(tools, tmp_path, ROLLOUT_BATCH_SIZE="32").stdout))
     assert flags["--over-sampling-batch-size"] == ["64"]
@@ -714,6 +726,7 @@ def test_wandb_key_file_must_be_private(tools: Path, tmp_path: Path) -> None:
     assert "file-secret-42" not in result.stdout + result.stderr
 
 
+@pytest.mark.slow  # 6 s
 def test_dashboard_binds_loopback_unless_asked(tools: Path, tmp_path: Path) -> None:
     head = next(
         c for c in _commands(_dry_train(tools, tmp_path).stdout) if c[:3] == ["ray", "start", "--head"]
@@ -725,11 +738,13 @@ def test_dashboard_binds_loopback_unless_asked(tools: Path, tmp_path: Path) -> N
     assert head[head.index("--dashboard-host") + 1] == "0.0.0.0"
 
 
+@pytest.mark.slow  # 7 s
 def test_proxies_are_bypassed_for_cluster_addresses(tools: Path, tmp_path: Path) -> None:
     result = _dry_train(tools, tmp_path, https_proxy="http://proxy:3128", no_proxy="corp.example")
     assert "127.0.0.1,localhost,127.0.0.1,127.0.0.1 added to no_proxy" in result.stderr
 
 
+@pytest.mark.slow  # 9 s
 def test_dry_run_shows_how_it_detaches(tools: Path, tmp_path: Path) -> None:
     detached = _dry_train(tools, tmp_path).stdout
     assert "the launcher now detaches" in detached and "--foreground" in detached
@@ -837,6 +852,7 @@ def _no_leftover_launches(tmp_path: Path):
                 pass
 
 
+@pytest.mark.slow  # 9 s
 def test_real_run_starts_ray_submits_and_stops_only_what_it_started(
     tools: Path, tmp_path: Path, bystanders: list[subprocess.Popen]
 ) -> None:
@@ -870,6 +886,7 @@ def test_real_run_starts_ray_submits_and_stops_only_what_it_started(
     )
 
 
+@pytest.mark.slow  # 12 s
 def test_failed_job_still_stops_our_ray_and_fails(tools: Path, tmp_path: Path) -> None:
     env = _env(tools, tmp_path, **_fake_install(tmp_path), FAKE_RAY_JOB_STATUS="1")
     result = _run(TRAIN_SCRIPT, env, "--foreground")
@@ -877,6 +894,7 @@ def test_failed_job_still_stops_our_ray_and_fails(tools: Path, tmp_path: Path) -
     assert [stop["by_signal"] for stop in _node_stops(_ray_calls(tmp_path))] == [True]
 
 
+@pytest.mark.slow  # 12 s
 def test_keep_ray_leaves_our_node_running(tools: Path, tmp_path: Path) -> None:
     result = _run(
         TRAIN_SCRIPT, _env(tools, tmp_path, **_fake_install(tmp_path), KEEP_RAY="1"), "--foreground"
@@ -889,6 +907,7 @@ def test_keep_ray_leaves_our_node_running(tools: Path, tmp_path: Path) -> None:
     _wait_until(lambda: not _alive(pid), 10, "the kept Ray node to stop")
 
 
+@pytest.mark.slow  # 21 s
 def test_a_running_cluster_is_refused_unless_reused_and_never_stopped(tools: Path, tmp_path: Path) -> None:
     install = _fake_install(tmp_path)
     refused = _run(TRAIN_SCRIPT, _env(tools, tmp_path, **install, FAKE_RAY_UP="1"))
@@ -913,6 +932,7 @@ def _pretend_earlier_launch(tmp_path: Path) -> subprocess.Popen:
     return leftover
 
 
+@pytest.mark.slow  # 38 s
 def test_kill_stale_stops_only_what_an_earlier_launch_recorded(
     tools: Path, tmp_path: Path, bystanders: list[subprocess.Popen]
 ) -> None:
@@ -939,6 +959,7 @@ def test_kill_stale_stops_only_what_an_earlier_launch_recorded(
             leftover.wait()
 
 
+@pytest.mark.slow  # 11 s
 def test_checkpoint_that_is_not_qwen3_8b_is_refused(tools: Path, tmp_path: Path) -> None:
     wrong = {**QWEN3_8B_CONFIG, "hidden_size": 2560, "num_hidden_layers": 36, "tie_word_embeddings": True}
     result = _run(TRAIN_SCRIPT, _env(tools, tmp_path, **_fake_install(tmp_path, wrong)))
@@ -958,6 +979,7 @@ def _start_foreground(env: dict[str, str]) -> subprocess.Popen:
     )
 
 
+@pytest.mark.slow  # 8 s
 @pytest.mark.parametrize(
     ("signum", "status"), [(signal.SIGTERM, 143), (signal.SIGHUP, 129), (signal.SIGINT, 130)]
 )
@@ -986,6 +1008,7 @@ def test_a_signal_to_the_foreground_launcher_stops_the_job_at_once(
     _assert_spared(bystanders)
 
 
+@pytest.mark.slow  # 11 s
 def test_by_default_the_launch_detaches_and_survives_the_terminal(
     tools: Path, tmp_path: Path, bystanders: list[subprocess.Popen]
 ) -> None:
@@ -1040,6 +1063,7 @@ def _two_node_env(
     )
 
 
+@pytest.mark.slow  # 8 s
 def test_two_nodes_each_use_their_own_address_and_share_save_dir(
     tools: Path, tmp_path: Path, bystanders: list[subprocess.Popen]
 ) -> None:
@@ -1070,6 +1094,7 @@ def test_two_nodes_each_use_their_own_address_and_share_save_dir(
     _assert_spared(bystanders)
 
 
+@pytest.mark.slow  # 13 s
 @pytest.mark.parametrize("marker", ["missing", "stale", "other head"])
 def test_a_worker_refuses_a_save_dir_the_head_does_not_share(
     tools: Path, tmp_path: Path, marker: str
@@ -1089,6 +1114,7 @@ def test_a_worker_refuses_a_save_dir_the_head_does_not_share(
     assert _verbs(_ray_calls(tmp_path)) == [["status", "--address"]], "the worker never joined"
 
 
+@pytest.mark.slow  # 13 s
 def test_worker_waits_for_the_head_then_blocks_and_exits_with_its_node(tools: Path, tmp_path: Path) -> None:
     install = _fake_install(tmp_path)
     save_dir = Path(install["SAVE_DIR"])
@@ -1103,6 +1129,7 @@ def test_worker_waits_for_the_head_then_blocks_and_exits_with_its_node(tools: Pa
     assert [stop["by_signal"] for stop in _node_stops(calls)] == [False]
 
 
+@pytest.mark.slow  # 19 s
 def test_head_gives_up_when_workers_never_join(tools: Path, tmp_path: Path) -> None:
     install = _fake_install(tmp_path)
     env = _two_node_env(
@@ -1170,6 +1197,7 @@ def _slime_parser(monkeypatch: pytest.MonkeyPatch):
     return parser, slime_arguments
 
 
+@pytest.mark.slow  # 8 s
 def test_the_train_command_parses_with_slimes_real_parser(
     tools: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -1195,6 +1223,7 @@ def test_the_train_command_parses_with_slimes_real_parser(
     assert aime.custom_generate_function_path == "strands_slime.generate"
 
 
+@pytest.mark.slow  # 6 s
 def test_slimes_real_parser_rejects_what_the_flag_lists_reject(
     tools: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -1387,6 +1416,7 @@ def _shellcheck() -> str:
     return found
 
 
+@pytest.mark.slow  # 12 s
 def test_shellcheck_passes_on_every_script() -> None:
     scripts = sorted(
         [
@@ -1406,6 +1436,7 @@ def test_shellcheck_passes_on_every_script() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.slow  # 9 s
 def test_math_verify_must_be_installed_when_the_config_enables_it(tools: Path, tmp_path: Path) -> None:
     hidden = tmp_path / "no_math_verify"
     hidden.mkdir()
@@ -1422,6 +1453,7 @@ def test_math_verify_must_be_installed_when_the_config_enables_it(tools: Path, t
     assert "math-verify" not in _run(TRAIN_SCRIPT, {**env, "DRY_RUN": "1"}).stderr
 
 
+@pytest.mark.slow  # 14 s
 def test_save_dir_must_hold_a_checkpoint(tools: Path, tmp_path: Path) -> None:
     install = _fake_install(tmp_path)
     free_gb = shutil.disk_usage(tmp_path).free // 2**30

@@ -24,6 +24,8 @@ from strands_slime.rollout.metrics import compute_rollout_metrics
 from strands_slime.rollout.slime_compat import Sample
 from strands_slime.runtime import get_runtime
 
+pytestmark = pytest.mark.unit
+
 SCRIPT = [{"replies": ["The answer is five.\n\nAnswer: \\boxed{5}"]}]
 PARAMS = {"max_new_tokens": 256, "no_stop_trim": True, "skip_special_tokens": False}
 

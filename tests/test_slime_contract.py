@@ -21,6 +21,8 @@ from strands_slime.reward.dapo import RewardConfig, preset_reward, reward_func
 from strands_slime.rollout.sample_fill import reset_attempt
 from strands_slime.rollout.slime_compat import Sample
 
+pytestmark = pytest.mark.unit
+
 
 def b64(values: list[int]) -> str:
     return base64.b64encode(struct.pack(f"<{len(values)}i", *values)).decode()

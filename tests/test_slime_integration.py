@@ -28,6 +28,8 @@ from strands_slime.devserver.engine import MoEShape, routed_expert_ids
 from strands_slime.rollout.slime_compat import Sample as StandIn
 from strands_slime.rollout.slime_compat import decode_int32_meta_array
 
+pytestmark = pytest.mark.slow
+
 SCRIPT = [
     {
         "match": "SEVENTEEN",

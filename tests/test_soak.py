@@ -7,6 +7,8 @@ import pytest
 
 from benchmarks import soak
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.mark.slow  # about 40 s on 2 cores
 async def test_soak_300_episodes_loses_nothing_and_breaks_nothing() -> None:

@@ -17,6 +17,8 @@ from waiting import wait_until
 from strands_slime.aborts import AbortedError
 from strands_slime.rollout import startup
 
+pytestmark = pytest.mark.integration
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 BENCH = REPO_ROOT / "benchmarks" / "bench_startup.py"
 
@@ -163,6 +165,7 @@ def run_benchmark(episodes: int, *extra: str) -> dict[str, Any]:
     return json.loads(completed.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow  # 32 s
 def test_starting_episodes_at_once_never_blocks_the_loop_50_ms() -> None:
     """The benchmark in a fresh process (cold templates, sandbox, client): 128 episodes at once.
 

@@ -31,6 +31,8 @@ from strands_slime.provider.constraints import (
 from strands_slime.provider.model import SGLangModel
 from strands_slime.provider.trajectory import mask_runs
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.fixture(autouse=True, scope="module")
 def _needs_xgrammar() -> None:

@@ -1,4 +1,8 @@
+import pytest
+
 from strands_slime.provider.tokenizer import bundled_qwen3_tokenizer_dir
+
+pytestmark = pytest.mark.unit
 
 
 def test_bundled_files_present():

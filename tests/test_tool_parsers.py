@@ -14,6 +14,8 @@ from strands_slime.provider.tool_parsers import (
     split_reasoning,
 )
 
+pytestmark = pytest.mark.unit
+
 PY_SPEC = {
     "name": "execute_python_code",
     "description": "run code",

@@ -15,6 +15,8 @@ from hypothesis import strategies as st
 
 from strands_slime.provider.trajectory import MAX_TOKEN_ID, TokenManager, TokenTrajectory
 
+pytestmark = pytest.mark.unit
+
 
 def build() -> TokenTrajectory:
     t = TokenTrajectory()

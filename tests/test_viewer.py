@@ -18,6 +18,8 @@ from strands_slime.cli import RolloutOptions, main, run_rollout
 from strands_slime.episode_metadata import EpisodeMetadata
 from strands_slime.viewer import KIND_MODEL, KIND_PROMPT, KIND_TOOL, ReportError, build_report, write_report
 
+pytestmark = pytest.mark.integration
+
 DEMO = Path(__file__).resolve().parents[1] / "strands_slime" / "data" / "demo_problems.jsonl"
 CHROMIUM = find_chromium()
 needs_chromium = pytest.mark.skipif(
