@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 
@@ -23,3 +24,30 @@ def solve_with_tool(match: str, code: str, answer: str) -> dict[str, Any]:
             think("The tool printed the result.", f"The result is {answer}.\n\nAnswer: \\boxed{{{answer}}}"),
         ],
     }
+
+
+NAME_ITSELF = "import ctypes\nctypes.CDLL(None).prctl(15, b'{name}', 0, 0, 0)\n"
+"""Python that sets the process's name (``PR_SET_NAME``): sandboxed code says it is running."""
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting to be reaped does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except OSError:
+        return False
+
+
+def processes_named(name: str) -> list[int]:
+    """Live processes whose comm is ``name`` (code names itself with :data:`NAME_ITSELF`)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/comm", "rb") as comm:
+                    if comm.read().strip() == name.encode() and pid_alive(int(entry)):
+                        found.append(int(entry))
+            except OSError:
+                continue
+    return found

@@ -31,6 +31,8 @@ from strands_slime.provider.client import (
     SGLangTimeoutError,
 )
 
+pytestmark = pytest.mark.unit
+
 OK_BODY = {
     "text": "hi",
     "output_ids": [6023, 151645],
@@ -465,6 +467,7 @@ async def raises_aborted_within(task: asyncio.Future[Any], seconds: float) -> fl
     return elapsed
 
 
+@pytest.mark.slow  # watches 2.5 s
 async def test_abort_cuts_the_retry_backoff_and_nothing_is_sent_after(fault_server: FaultServer) -> None:
     fault_server.behaviours = [status(503, {"message": "busy"})] * 100
     aborted = threading.Event()
@@ -485,7 +488,7 @@ async def test_abort_while_waiting_for_a_pooled_connection(fault_server: FaultSe
         holder = asyncio.ensure_future(client.generate([1], {}))  # takes the only connection
         await wait_until(lambda: len(fault_server.requests) == 1)
         waiter = asyncio.ensure_future(client.generate([2], {}, abort_check=aborted.is_set))
-        await asyncio.sleep(0.2)
+        await wait_until(lambda: client.waiting_for_connection() == 1, what="the second request to queue")
         aborted.set()
         await raises_aborted_within(waiter, 0.3)
         holder.cancel()

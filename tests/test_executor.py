@@ -31,6 +31,8 @@ from strands_slime.rollout import executor, executor_worker
 from strands_slime.rollout.slime_compat import Sample
 from strands_slime.runtime import get_runtime
 
+pytestmark = pytest.mark.unit
+
 RUNTIME_KEPT_IN_MODULE = ("executors",)
 """The worker tests share one executor; the ``server`` fixture closes the runtime at the module's end."""
 WORKERS = 2
@@ -373,13 +375,18 @@ async def test_a_wait_added_while_the_abort_poller_unwinds_is_still_watched() ->
     from strands_slime.aborts import AbortedError, run_abortable
 
     flag = threading.Event()
+    second_wait_started = asyncio.Event()
+
+    async def long_wait() -> None:
+        second_wait_started.set()
+        await asyncio.sleep(30)
 
     async def two_waits() -> None:
         await run_abortable(asyncio.sleep(0), flag.is_set)
-        await run_abortable(asyncio.sleep(30), flag.is_set)
+        await run_abortable(long_wait(), flag.is_set)
 
     episode = asyncio.ensure_future(two_waits())
-    await asyncio.sleep(0.05)
+    await asyncio.wait_for(second_wait_started.wait(), 10)
     flag.set()
     with pytest.raises(AbortedError):
         await asyncio.wait_for(episode, 2)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -11,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import solve_with_tool, think, tool_call
+from helpers import NAME_ITSELF, processes_named, solve_with_tool, think, tool_call
 from waiting import wait_until
 
 from strands_slime import generate
@@ -23,11 +24,16 @@ from strands_slime.rollout.filters import drop_groups_with_infra_failures
 from strands_slime.rollout.metrics import compute_rollout_metrics, log_rollout
 from strands_slime.rollout.slime_compat import Sample
 
+pytestmark = pytest.mark.integration
+
 DAPO = (
     "Solve the following math problem step by step. The last line of your response should be of the form "
     "Answer: \\boxed{{$Answer}} where $Answer is the answer to the problem.\n\n{q}\n\n"
     'Remember to put your answer on its own line after "Answer:".'
 )
+
+SLEEPY_TOOL = f"sleepy{os.getpid() % 10**7}"
+"""The process name the sleepy tool call gives itself (this test run's own: other runs may share the machine)."""
 
 SCRIPT = [
     solve_with_tool("seventeen", "print(17 * 2)", "34"),
@@ -40,7 +46,13 @@ SCRIPT = [
             "Answer: \\boxed{1}",
         ],
     },
-    {"match": "sleepy", "replies": [tool_call("import time\ntime.sleep(30)"), "Answer: \\boxed{0}"]},
+    {
+        "match": "sleepy",
+        "replies": [
+            tool_call(NAME_ITSELF.format(name=SLEEPY_TOOL) + "import time\ntime.sleep(30)"),
+            "Answer: \\boxed{0}",
+        ],
+    },
     {"match": "slowpoke", "replies": ["one two three four " * 50]},
     {"match": "plain", "replies": ["The answer is 5.\n\nAnswer: \\boxed{5}"]},
 ]
@@ -171,6 +183,7 @@ async def test_malformed_tool_call_is_reported_to_the_model(server: DevServer) -
     assert "invalid tool call" in sample.response
 
 
+@pytest.mark.slow  # 5 s
 async def test_sandbox_timeout_is_a_tool_result(server: DevServer) -> None:
     args = make_args(server.url)
     sample = await run(args, new_sample("sleepy code", label="0"))
@@ -308,6 +321,7 @@ async def test_unsupported_chat_template_is_a_configuration_error(
     assert len(errors) == 1 and not errors[0].exc_info  # one line for the run, no traceback per sample
 
 
+@pytest.mark.slow  # 13 s
 async def test_metrics_and_filter(server: DevServer) -> None:
     args = make_args(server.url)
     good = await run(args, new_sample("What is seventeen times two?"))
@@ -322,6 +336,7 @@ async def test_metrics_and_filter(server: DevServer) -> None:
     assert drop_groups_with_infra_failures(args, [good, dead]) is False
 
 
+@pytest.mark.slow  # 7 s
 async def test_many_concurrent_episodes(server: DevServer) -> None:
     args = make_args(server.url)
     samples = [new_sample("What is seventeen times two?") for _ in range(24)]
@@ -337,6 +352,7 @@ async def test_many_concurrent_episodes(server: DevServer) -> None:
 # ------------------------------------------------------------------ aborts, failures, start-up
 
 
+@pytest.mark.slow  # 7 s
 async def test_abort_during_retries_returns_at_once_and_sends_nothing_more(server: DevServer) -> None:
     """The shipped retry policy (60 retries, backoff to 30 s) must not hold up slime's abort()."""
     server.inject_fault(status=503, count=1000)
@@ -356,6 +372,7 @@ async def test_abort_during_retries_returns_at_once_and_sends_nothing_more(serve
     assert len(server.request_log) == sent == 2, "no request after the abort"
 
 
+@pytest.mark.slow  # 5 s
 async def test_abort_while_the_server_is_silent_returns_at_once(server: DevServer) -> None:
     server.inject_fault(delay_s=30.0, count=1)
     aborted = threading.Event()
@@ -369,6 +386,7 @@ async def test_abort_while_the_server_is_silent_returns_at_once(server: DevServe
     assert sample.status == Sample.Status.ABORTED and len(server.request_log) == 1
 
 
+@pytest.mark.slow  # 6 s
 async def test_abort_while_a_tool_runs_returns_at_once_and_kills_the_tool(server: DevServer) -> None:
     """slime's abort() waits for every episode: a 30 s tool call must not hold it up."""
     import psutil
@@ -381,8 +399,7 @@ async def test_abort_while_a_tool_runs_returns_at_once_and_kills_the_tool(server
     args.strands_slime = {"sandbox": {"timeout_s": 60.0}}
     task = asyncio.create_task(run(args, new_sample("sleepy")))
     await wait_until(lambda: server.request_log, what="the model call")
-    # No public signal says the sandbox has started the call: give the tool time to be running.
-    await asyncio.sleep(1.0)
+    await wait_until(lambda: processes_named(SLEEPY_TOOL), what="the tool call to run")
     running = processes()
     aborted.set()
     set_at = time.monotonic()
@@ -394,6 +411,7 @@ async def test_abort_while_a_tool_runs_returns_at_once_and_kills_the_tool(server
     await wait_until(lambda: processes() < running, timeout=5, what="the aborted tool call to be killed")
 
 
+@pytest.mark.slow  # 5 s
 async def test_sample_without_output_gets_the_exact_prompt(server: DevServer) -> None:
     """System prompt, tools and history included: the ids a successful episode sent first."""
     prompt = [
@@ -422,6 +440,7 @@ async def test_sample_without_output_gets_the_exact_prompt(server: DevServer) ->
     assert before_first_call.tokens[:prompt_len] == sent_ids
 
 
+@pytest.mark.slow  # 5 s
 async def test_exhausted_retries_log_one_line_with_the_cause(
     server: DevServer, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -441,6 +460,7 @@ async def test_exhausted_retries_log_one_line_with_the_cause(
     assert samples[0].metadata["infra_error"].startswith("SGLangThrottledError: HTTP 503")
 
 
+@pytest.mark.slow  # 5 s
 async def test_a_server_that_never_answers_fails_the_sample_with_the_deadline(server: DevServer) -> None:
     args = make_args(server.url)
     args.strands_slime = {"client": {"first_byte_timeout_s": 0.5}, "sandbox": {"timeout_s": 2.0}}

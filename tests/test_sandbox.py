@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
+from helpers import NAME_ITSELF, pid_alive, processes_named
 
 from strands_slime.sandbox import (
     ExecutionResult,
@@ -31,7 +32,7 @@ from strands_slime.sandbox import (
     get_shared_sandbox,
 )
 
-pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(60)]
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(60)]
 
 IS_ROOT = os.geteuid() == 0
 needs_root = pytest.mark.skipif(not IS_ROOT, reason="uid drop and namespaces need root")
@@ -43,21 +44,7 @@ def dedent(code: str) -> str:
     return textwrap.dedent(code).strip() + "\n"
 
 
-def processes_named(name: str) -> list[int]:
-    """Live processes whose comm is ``name`` (test code names itself with prctl(PR_SET_NAME))."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/comm", "rb") as comm:
-                    if comm.read().strip() == name.encode() and pid_alive(int(entry)):
-                        found.append(int(entry))
-            except OSError:
-                continue
-    return found
-
-
-SET_NAME = "import ctypes\nctypes.CDLL(None).prctl(15, b'{name}', 0, 0, 0)\n"
+SET_NAME = NAME_ITSELF
 
 
 async def wait_until(predicate, timeout: float = 10.0) -> bool:
@@ -75,14 +62,6 @@ def exists_any(paths: list[str]) -> bool:
 
 def beside_tests(name: str) -> str:
     return os.path.join(os.path.dirname(os.path.abspath(__file__)), name)
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            return stat.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except OSError:
-        return False
 
 
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
@@ -351,8 +330,8 @@ async def test_close_stops_the_zygote_and_later_calls_report_it() -> None:
 async def test_close_kills_running_executions() -> None:
     box = Sandbox(SandboxConfig(**LIGHT))
     await box.start()
-    running = asyncio.create_task(box.run("import time\ntime.sleep(30)"))
-    await asyncio.sleep(0.3)
+    running = asyncio.create_task(box.run(SET_NAME.format(name="closeme") + "import time\ntime.sleep(30)"))
+    assert await wait_until(lambda: processes_named("closeme"))
     began = time.monotonic()
     await box.close()
     result = await running
@@ -456,8 +435,10 @@ async def test_dead_zygote_is_restarted(sandbox: Sandbox) -> None:
 
 async def test_zygote_death_during_a_call_is_an_infra_result() -> None:
     async with Sandbox(SandboxConfig(**LIGHT)) as box:
-        running = asyncio.create_task(box.run("import time\ntime.sleep(30)"))
-        await asyncio.sleep(0.3)
+        running = asyncio.create_task(
+            box.run(SET_NAME.format(name="zygotedies") + "import time\ntime.sleep(30)")
+        )
+        assert await wait_until(lambda: processes_named("zygotedies"))
         os.kill(box.zygote_pid, signal.SIGKILL)  # type: ignore[arg-type]
         result = await asyncio.wait_for(running, 10)
         assert result.kind is ResultKind.INFRA

@@ -288,6 +288,25 @@ def _decode_json(raw: bytes) -> Any:
     return json.loads(raw)
 
 
+class _Pool:
+    """A loop's connection slots (a semaphore, so the wait for one is outside every request deadline)
+    and how many requests wait for one."""
+
+    def __init__(self, size: int) -> None:
+        self._slots = asyncio.Semaphore(size)
+        self.waiting = 0
+
+    async def __aenter__(self) -> None:
+        self.waiting += 1
+        try:
+            await self._slots.acquire()
+        finally:
+            self.waiting -= 1
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self._slots.release()
+
+
 @dataclass
 class _LoopState:
     """Everything bound to one event loop: the aiohttp session, the pool slots (a semaphore, so the wait
@@ -295,7 +314,7 @@ class _LoopState:
 
     session: aiohttp.ClientSession
     guard: AsyncIterator[None]
-    slots: asyncio.Semaphore
+    slots: _Pool
     inflight: dict[str, asyncio.Future[Any]] = field(default_factory=dict)
 
 
@@ -435,7 +454,7 @@ class SGLangClient:
         )
         guard = _close_at_loop_shutdown(session)
         await guard.__anext__()
-        state = _LoopState(session=session, guard=guard, slots=asyncio.Semaphore(self.max_connections))
+        state = _LoopState(session=session, guard=guard, slots=_Pool(self.max_connections))
         self._loops[loop] = state
         return state
 
@@ -451,6 +470,11 @@ class SGLangClient:
     def closed(self) -> bool:
         """True once :meth:`close` was called (a closed client raises on every request)."""
         return self._closed
+
+    def waiting_for_connection(self) -> int:
+        """Requests of the running loop waiting for a pooled connection now (the pool is full)."""
+        state = self._loops.get(asyncio.get_running_loop())
+        return state.slots.waiting if state is not None else 0
 
     async def close(self) -> None:
         """Close the sessions of this loop (and of any loop already closed)."""
