@@ -4,6 +4,7 @@ and the token trajectory is the same as when it gets the whole history."""
 from __future__ import annotations
 
 import copy
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -134,6 +135,41 @@ async def test_agent_sends_only_new_messages_and_tokens_match_whole_history(
     await whole_history_episode(reference)
     assert trajectory_lists(model) == trajectory_lists(reference)
     assert without_call_ids(model.transcript()) == without_call_ids(reference.transcript())
+
+
+async def test_without_its_plugin_the_model_stays_exact_and_says_once_what_it_misses(
+    qwen3_tokenizer: Any, client: SGLangClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    model = SGLangModel(tokenizer=qwen3_tokenizer, client=client)
+    agent = Agent(
+        model=model,
+        tools=[execute_python_code],
+        callback_handler=None,
+        conversation_manager=NullConversationManager(),
+        retry_strategy=None,
+    )
+    with caplog.at_level(logging.WARNING, logger="strands_slime.provider.model"):
+        await agent.invoke_async(PROMPT)
+    warnings = [r for r in caplog.records if "without its plugin" in r.getMessage()]
+    assert len(warnings) == 1 and "plugins=[model.plugin()]" in warnings[0].getMessage()
+    reference = SGLangModel(tokenizer=qwen3_tokenizer, client=client)
+    await make_agent(reference).invoke_async(PROMPT)
+    assert trajectory_lists(model) == trajectory_lists(reference)
+
+
+async def test_building_and_running_a_model_changes_no_global_state(
+    qwen3_tokenizer: Any, client: SGLangClient
+) -> None:
+    import gc
+    import sys
+
+    from strands.telemetry.tracer import Tracer
+
+    before = (list(sys.meta_path), Tracer._add_event_messages, gc.get_threshold(), gc.get_freeze_count())
+    model = SGLangModel(tokenizer=qwen3_tokenizer, client=client)
+    await make_agent(model).invoke_async(PROMPT)
+    after = (list(sys.meta_path), Tracer._add_event_messages, gc.get_threshold(), gc.get_freeze_count())
+    assert after == before
 
 
 async def test_a_middleware_that_restores_the_whole_history_is_followed(
