@@ -417,12 +417,15 @@ def run_side_by_side(
     settle_s: float,
     options: Mapping[str, Mapping[str, Any]] | None = None,
     timeout: float = 900,
+    checkouts: Mapping[str, Path] | None = None,
 ) -> dict[str, Any]:
     """Every provider's driver at once, each with its own server, all drivers sharing one CPU and all
     servers the other: the same time window, so a change in the machine's speed (a shared host) moves
     them together. Each driver starts episodes round after round for ``run_for_s``; CPU per turn is
     taken over the window from ``settle_s`` after the common start to the end of that time.
-    ``options``: :func:`driver_command` keywords per provider (a bound variant)."""
+    ``options``: :func:`driver_command` keywords per provider (a bound variant). ``checkouts``: labels
+    (``"ours@before"``) whose driver and package come from another checkout of this repository (the
+    provider is the part before ``@``)."""
     work = Path(tempfile.mkdtemp(prefix="side-by-side-"))
     processes: list[subprocess.Popen[str]] = []
     env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error", "TOKENIZERS_PARALLELISM": "false"}
@@ -435,9 +438,10 @@ def run_side_by_side(
             servers = [servers_up.enter_context(Server(script)) for _ in providers]
             outs = [work / f"{provider}.json" for provider in providers]
             for provider, server, out in zip(providers, servers, outs, strict=True):
+                checkout = (checkouts or {}).get(provider)
                 command = driver_command(
                     python,
-                    provider,
+                    provider.split("@", 1)[0],
                     server,
                     transcripts_file,
                     concurrency,
@@ -446,6 +450,10 @@ def run_side_by_side(
                     **dict((options or {}).get(provider, {})),
                 )
                 command += ["--wait-for-start", "--run-for", str(run_for_s)]
+                driver_env = env
+                if checkout is not None:
+                    command[1] = str(checkout / "benchmarks" / "provider_driver.py")
+                    driver_env = {**env, "PYTHONPATH": str(checkout)}
                 with (work / f"{provider}.err").open("w") as stderr:
                     processes.append(
                         subprocess.Popen(
@@ -454,8 +462,8 @@ def run_side_by_side(
                             stdout=subprocess.PIPE,
                             stderr=stderr,
                             text=True,
-                            cwd=REPO_ROOT,
-                            env=env,
+                            cwd=checkout or REPO_ROOT,
+                            env=driver_env,
                         )
                     )
             for provider, process in zip(providers, processes, strict=True):

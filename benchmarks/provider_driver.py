@@ -149,7 +149,7 @@ def _floor_turn(turn: dict[str, Any]) -> tuple[str, list[str]]:
 class Provider:
     """Builds one model per episode and reads its trajectory length."""
 
-    def __init__(self, name: str, url: str | None, max_connections: int) -> None:
+    def __init__(self, name: str, url: str | None, max_connections: int, rollout_gc: bool = False) -> None:
         self.name = name
         self.client: Any = None
         if name == "floor":
@@ -162,10 +162,20 @@ class Provider:
         if name == "ours":
             from strands_slime.provider.client import SGLangClient
             from strands_slime.provider.model import SGLangModel
+            from strands_slime.provider.telemetry import skip_messages_of_unrecorded_spans
 
-            self.client = SGLangClient(url, max_connections=max_connections)  # type: ignore[arg-type]
+            skip_messages_of_unrecorded_spans()  # the README's opt-in (the rollout's episode turns it on)
+            wiring: dict[str, Any] = {}
+            client_wiring: dict[str, Any] = {}
+            if rollout_gc:  # what strands_slime.generate gives its episodes (gc_tuning: true)
+                from strands_slime.rollout.episode import _pace
+                from strands_slime.rollout.gc_policy import GcPolicy
+
+                wiring["pace"] = _pace
+                client_wiring["decode_scope"] = GcPolicy.collections_deferred
+            self.client = SGLangClient(url, max_connections=max_connections, **client_wiring)  # type: ignore[arg-type]
             self._build: Callable[[dict[str, Any]], Any] = lambda _t: SGLangModel(
-                self.tokenizer, "hermes", self.client, sampling_params=sampling
+                self.tokenizer, "hermes", self.client, sampling_params=sampling, **wiring
             )
         elif name == "peer":
             from strands_sglang import SGLangClient as PeerClient
@@ -453,7 +463,9 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     episodes = [data[i % len(data)] for i in range(args.episodes)]
     misses: Counter[str] = Counter()
     tool = make_tool(transcript_data.tool_outputs(data), misses)
-    provider = Provider(args.provider, args.url, args.max_connections)
+    provider = Provider(
+        args.provider, args.url, args.max_connections, args.provider == "ours" and args.rollout_gc
+    )
     outputs = transcript_data.tool_outputs(data) if args.without_strands else None
 
     async def run(

@@ -1,0 +1,186 @@
+"""CPU per agent turn of this checkout against another revision, side by side in one window.
+
+``python benchmarks/compare_revisions.py --base <rev>`` checks ``<rev>`` out into a temporary git
+worktree and runs the provider benchmark's driver (``provider_driver.py --provider ours``, the plain
+provider path: a fresh ``Agent`` and ``SGLangModel`` per episode on one shared client, four tool calls
+per episode) of both checkouts at the same time, each against its own dev server, both drivers on one
+CPU and both servers on the other (``bench_provider.run_side_by_side``): a change in the machine's
+speed moves both alike. The start order is swapped every repeat. Each revision runs its own driver, so
+the comparison is of what a user of each revision gets. ``--gc`` runs both with the rollout's GC tuning
+(the ``generate`` path's settings); by default the plain-provider path, as a user writes it.
+
+Writes ``benchmarks/results/revisions.json`` and, with ``--write-doc``, the "Before and after"
+section of docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import bench_provider
+import transcripts as transcript_data
+
+REPO_ROOT = bench_provider.REPO_ROOT
+RESULTS_PATH = REPO_ROOT / "benchmarks" / "results" / "revisions.json"
+DOC_PATH = REPO_ROOT / "docs" / "benchmarks.md"
+DOC_BEGIN = "<!-- compare-revisions: begin -->"
+DOC_END = "<!-- compare-revisions: end -->"
+
+
+def _git(*args: str) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=REPO_ROOT, check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+def compare(
+    base: str, concurrencies: list[int], repeats: int, run_for_s: float, settle_s: float, gc: bool
+) -> dict[str, Any]:
+    """Both revisions side by side at each concurrency, ``repeats`` times; the medians and ratios."""
+    base_commit = _git("rev-parse", base)
+    head_commit = _git("rev-parse", "HEAD")
+    worktree = Path(tempfile.mkdtemp(prefix="compare-revisions-")) / "base"
+    _git("worktree", "add", "--detach", str(worktree), base_commit)
+    work = Path(tempfile.mkdtemp(prefix="compare-revisions-data-"))
+    labels = {"ours@base": worktree}
+    options = {label: {"rollout_gc": gc} for label in ("ours@base", "ours")}
+    cells: dict[str, Any] = {}
+    try:
+        from strands_slime.provider.tokenizer import load_tokenizer
+
+        data = transcript_data.build_transcripts(32, load_tokenizer(), seed=bench_provider.SEED)
+        transcripts_file, script_file = work / "transcripts.json", work / "script.json"
+        transcript_data.save(data, transcripts_file)
+        script_file.write_text(json.dumps(transcript_data.dev_server_script(data)))
+        for concurrency in concurrencies:
+            runs = []
+            for repeat in range(repeats):
+                order = ["ours@base", "ours"] if repeat % 2 == 0 else ["ours", "ours@base"]
+                result = bench_provider.run_side_by_side(
+                    Path(sys.executable),
+                    order,
+                    script_file,
+                    transcripts_file,
+                    concurrency,
+                    run_for_s=run_for_s,
+                    settle_s=settle_s,
+                    options=options,
+                    checkouts=labels,
+                )
+                before = result["providers"]["ours@base"]["cpu_ms_per_turn"]
+                after = result["providers"]["ours"]["cpu_ms_per_turn"]
+                runs.append(
+                    {
+                        "before_ms": before,
+                        "after_ms": after,
+                        "ratio": after / before if before and after else None,
+                    }
+                )
+                print(
+                    f"  x{concurrency:<5} before {before:.2f} ms  after {after:.2f} ms  after/before {after / before:.3f}",
+                    flush=True,
+                )
+            ratios = [r["ratio"] for r in runs if r["ratio"] is not None]
+            cells[str(concurrency)] = {
+                "runs": runs,
+                "before_ms": statistics.median(r["before_ms"] for r in runs),
+                "after_ms": statistics.median(r["after_ms"] for r in runs),
+                "after_over_before": statistics.median(ratios) if ratios else None,
+                "after_over_before_all": ratios,
+            }
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(worktree)], cwd=REPO_ROOT, check=False)
+        shutil.rmtree(work, ignore_errors=True)
+    return {
+        "benchmark": "compare_revisions",
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "machine": bench_provider.machine_info(),
+        "base": {"rev": base, "commit": base_commit},
+        "head": {"commit": head_commit},
+        "path": "generate-path GC tuning" if gc else "plain provider (Agent + SGLangModel per episode)",
+        "window_s": [settle_s, run_for_s],
+        "repeats": repeats,
+        "cells": cells,
+    }
+
+
+def render_markdown(results: dict[str, Any]) -> str:
+    """The docs section for ``results``."""
+    machine = results["machine"]
+    lines = [
+        DOC_BEGIN,
+        "## Before and after a change: CPU per turn, side by side",
+        "",
+        f"`python benchmarks/compare_revisions.py --base {results['base']['rev']}` on {results['date']} "
+        f"({machine.get('cpu', '?')}, {machine.get('cpus', '?')} CPUs): base "
+        f"`{results['base']['commit'][:8]}`, head `{results['head']['commit'][:8]}`; {results['path']}; both "
+        f"drivers at once on one CPU, each with its own dev server on the other, CPU per turn over "
+        f"the window {results['window_s'][0]:g}-{results['window_s'][1]:g} s of each run, "
+        f"{results['repeats']} repeats with the start order swapped.",
+        "",
+        "| concurrent episodes | before ms/turn | after ms/turn | after/before (median) | every repeat |",
+        "|---|---|---|---|---|",
+    ]
+    for concurrency, cell in results["cells"].items():
+        every = ", ".join(f"{r:.3f}" for r in cell["after_over_before_all"])
+        lines.append(
+            f"| {concurrency} | {cell['before_ms']:.2f} | {cell['after_ms']:.2f} | "
+            f"{cell['after_over_before']:.3f} | {every} |"
+        )
+    lines += ["", DOC_END]
+    return "\n".join(lines)
+
+
+def write_doc(results: dict[str, Any]) -> None:
+    """Replace (or append) the section between the markers in docs/benchmarks.md."""
+    text = DOC_PATH.read_text()
+    section = render_markdown(results)
+    if DOC_BEGIN in text and DOC_END in text:
+        head, rest = text.split(DOC_BEGIN, 1)
+        text = head + section + rest.split(DOC_END, 1)[1]
+    else:
+        text = text.rstrip() + "\n\n" + section + "\n"
+    DOC_PATH.write_text(text)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--base", required=True, help="the revision to compare against (a commit, branch or tag)"
+    )
+    parser.add_argument("--concurrency", default="64,256", help="comma-separated concurrent episodes")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--run-for", type=float, default=30.0, help="seconds each driver runs")
+    parser.add_argument("--settle", type=float, default=8.0, help="seconds before the measured window")
+    parser.add_argument("--gc", action="store_true", help="both with the rollout's GC tuning")
+    parser.add_argument("--out", type=Path, default=RESULTS_PATH)
+    parser.add_argument("--write-doc", action="store_true", help="update docs/benchmarks.md")
+    args = parser.parse_args()
+    results = compare(
+        args.base,
+        [int(c) for c in args.concurrency.split(",")],
+        args.repeats,
+        args.run_for,
+        args.settle,
+        args.gc,
+    )
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    print(render_markdown(results))
+    if args.write_doc:
+        write_doc(results)
+
+
+if __name__ == "__main__":
+    main()
