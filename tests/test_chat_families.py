@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from strands_slime.provider.chat import ChatTemplater, to_template_messages, tool_specs_to_template_tools
 from strands_slime.provider.chat_families import UnsupportedChatTemplate, detect_chat_family
-from strands_slime.provider.deepseek_v32 import ASSISTANT, BOS, EOS, USER
+from strands_slime.provider.deepseek import ASSISTANT, BOS, EOS, USER
 from strands_slime.provider.template_check import Turn, simulate_episode, stop_token_id
 
 pytestmark = pytest.mark.unit
