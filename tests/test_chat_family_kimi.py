@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from family_files import conversation
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from strands_slime.provider.chat import ChatTemplater, to_template_messages
-from strands_slime.provider.template_check import Turn, simulate_episode, stop_token_id
+from strands_slime.provider.template_check import CHECK_TOOL_SPECS, Turn, simulate_episode, stop_token_id
 
 pytestmark = pytest.mark.unit
 
@@ -34,19 +34,6 @@ KIMI_TOKENS = [
     "<|tool_call_end|>",
     "[EOS]",
 ]
-TOOL_SPECS = [
-    {
-        "name": "execute_python_code",
-        "description": "Run Python code and return its output.",
-        "inputSchema": {
-            "json": {
-                "type": "object",
-                "properties": {"code": {"type": "string"}, "timeout": {"type": "integer"}},
-                "required": ["code"],
-            }
-        },
-    }
-]
 
 
 @functools.cache
@@ -62,34 +49,11 @@ def kimi_tokenizer() -> Any:
     return tokenizer
 
 
-words = st.text(alphabet=st.sampled_from(list("abcxyz ABC0123+-*=()., 你好éß😀")), max_size=20)
-text = st.builds(lambda head, body: (head + body).rstrip(), st.sampled_from(["The", "x", "Now", "我"]), words)
-arguments = st.builds(
-    lambda body, timeout: {"code": f"print({body!r})"} | ({} if timeout is None else {"timeout": timeout}),
-    st.text(alphabet=st.sampled_from(list("ab1 \n\"'{}[]é😀<>")), max_size=20),
-    st.none() | st.integers(1, 300),
-)
-tool_output = st.builds(
-    lambda head, body: head + body,
-    st.sampled_from(["out", "Error: boom", "结果", "x<|im_end|>", "x\u27e6strands-slime-anchor\u27e7"]),
-    st.text(alphabet=st.sampled_from(list("ab 1\n\t{}[]\"'/é你😀")), max_size=30).map(str.rstrip),
-)
-
-
-@st.composite
-def conversation(draw: st.DrawFn) -> tuple[str, str, list[Turn]]:
-    turns = []
-    for _ in range(draw(st.integers(1, 3))):
-        calls = draw(st.lists(arguments, min_size=1, max_size=3))
-        turns.append((draw(text), draw(text), calls, [draw(tool_output) for _ in calls]))
-    return draw(text), draw(text), turns
-
-
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(conv=conversation())
 def test_incremental_equals_full_render(conv: tuple[str, str, list[Turn]]) -> None:
     """Against Kimi K2.5's template rendered by apply_chat_template; every output parses back."""
-    episode = simulate_episode(ChatTemplater(kimi_tokenizer()), *conv, TOOL_SPECS)
+    episode = simulate_episode(ChatTemplater(kimi_tokenizer()), *conv, CHECK_TOOL_SPECS)
     for (reasoning, content, calls, _), (_, parsed) in zip(conv[2], episode.outputs, strict=False):
         assert (parsed.reasoning, parsed.text) == (reasoning, content)
         assert [(c.name, c.arguments, c.error) for c in parsed.tool_calls] == [
