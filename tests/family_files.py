@@ -215,6 +215,7 @@ async def run_tool_episode(tokenizer: Any, directory: Path, first_reply: str) ->
             callback_handler=None,
             conversation_manager=NullConversationManager(),
             retry_strategy=None,
+            plugins=[model.plugin()],
         )
         await agent.invoke_async("What is the area?")
     finally:
