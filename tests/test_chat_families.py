@@ -290,6 +290,17 @@ def test_deepseek_v4_renders_as_deepseeks_own_encoder() -> None:
     )
 
 
+def test_deepseek_v32_keeps_the_earlier_tools_preamble_option() -> None:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from strands_slime.provider.deepseek_v32 import render_deepseek_v32  # the module's earlier path
+
+    text = render_deepseek_v32([{"role": "user", "content": "U"}], TOOLS, tools_preamble="Tools:")
+    assert text.startswith("<\uff5cbegin\u2581of\u2581sentence\uff5c>\n\nTools:\n<functions>\n{")
+
+
 # ------------------------------------------------------------------------------- family rules
 
 

@@ -119,6 +119,7 @@ def render_deepseek_v32(
     add_generation_prompt: bool = True,
     enable_thinking: bool = True,
     tools_prompt: str = V32_TOOLS_PROMPT,
+    tools_preamble: str | None = None,
     **_unused: Any,
 ) -> str:
     """Render chat messages (OpenAI-style, like a chat template receives them) as DeepSeek V3.2 text.
@@ -132,11 +133,14 @@ def render_deepseek_v32(
         add_generation_prompt: accepted for the chat-template call signature; no effect (see above).
         enable_thinking: open a think block for the model after the last user turn.
         tools_prompt: the tool instructions, with ``{tool_schemas}`` where the schemas go.
+        tools_preamble: the earlier option: the text before ``<functions>`` (replaces ``tools_prompt``).
 
     Raises:
         DeepSeekEncodingError: a message out of order (a late system message, a user or assistant
             message before every tool call has its result, a result without a call) or an unknown role.
     """
+    if tools_preamble is not None:
+        tools_prompt = f"{tools_preamble}\n<functions>\n{TOOL_SCHEMAS}\n</functions>\n"
     last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
     system, start = _system_prompt(messages, tools, tools_prompt)
     parts = [BOS, system]
