@@ -12,8 +12,16 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
+# DeepSeek V3.2's own encoder (encoding_dsv32.py) as SGLang's wheel ships it: the reference that
+# tests/test_chat_families.py compares our V3.2 encoder with. Only the wheel is downloaded (39 MB, no
+# dependencies, never installed; the same file whatever this Python is); the tests read that one file.
+SGLANG_REFERENCE ?= 0.5.23
+REFERENCES := $(VENV)/references
+
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip download -q --no-deps --only-binary=:all: --python-version 3.11 --implementation cp \
+		--abi cp311 --platform manylinux_2_34_x86_64 -d $(REFERENCES) sglang==$(SGLANG_REFERENCE)
 	touch $(STAMP)
 
 # The demo gets its own small venv with only the core install (what `pip install strands-slime` gives):

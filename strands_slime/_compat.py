@@ -26,7 +26,7 @@ from typing import Any
 
 from strands_slime.runtime import get_runtime
 
-_PROVIDER = ("chat", "chat_families", "client", "client_errors", "constraints", "deepseek_v32", "limits",
+_PROVIDER = ("chat", "chat_families", "client", "client_errors", "constraints", "limits",
              "model", "template_check", "tokenizer", "tool_parsers", "trajectory")  # fmt: skip
 _ROLLOUT = ("executor", "executor_worker", "fanout", "filters", "metrics", "offline", "resume",
             "slime_compat", "startup", "pacing")  # fmt: skip
@@ -40,6 +40,8 @@ MOVED: dict[str, str] = {
     "strands_slime.math_answer.normalize": "strands_slime.reward.math_answer.normalize",
     "strands_slime.math_answer.verify": "strands_slime.reward.math_answer.verify",
     "strands_slime.rollout.episode_metadata": "strands_slime.episode_metadata",
+    "strands_slime.deepseek_v32": "strands_slime.provider.deepseek",
+    "strands_slime.provider.deepseek_v32": "strands_slime.provider.deepseek",
 }
 """Old module path -> current module path."""
 

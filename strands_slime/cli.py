@@ -197,21 +197,25 @@ def _write_viewer_report(out: Path, tokenizer: Any) -> None:
 
 
 def _template_check(ns: argparse.Namespace) -> int:
-    """``drift --template-check MODEL_DIR``: 0 when incremental prompts equal full renders."""
+    """``drift --template-check MODEL_DIR``: 0 when incremental prompts equal full renders of an
+    independent reference (the model's template, or its own encoder when it has none)."""
     from strands_slime.provider.chat import ChatTemplater
     from strands_slime.provider.chat_families import UnsupportedChatTemplate
+    from strands_slime.provider.reference_encoders import NoReferenceEncoder, reference_for
     from strands_slime.provider.template_check import check_template
     from strands_slime.provider.tokenizer import load_tokenizer
 
     chat_template = ns.chat_template.read_text() if ns.chat_template else None
+    model_dir = ns.template_check if ns.template_check.is_dir() else None
     try:
         templater = ChatTemplater(
             load_tokenizer(str(ns.template_check)), chat_template=chat_template, chat_family=ns.chat_family
         )
-    except UnsupportedChatTemplate as exc:
+        reference = reference_for(templater, model_dir=model_dir, encoder_file=ns.reference)
+    except (UnsupportedChatTemplate, NoReferenceEncoder) as exc:
         print(f"strands-slime drift: {exc}", file=sys.stderr)
         return 2
-    report = check_template(templater, conversations=ns.conversations)
+    report = check_template(templater, reference=reference, conversations=ns.conversations)
     print(report.render_text())
     return 0 if report.ok else 1
 
@@ -321,6 +325,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     drift.add_argument("--chat-family", help="the chat family (qwen3, glm47, ...), if not detected")
     drift.add_argument("--conversations", type=int, default=50, help="with --template-check: how many")
+    drift.add_argument(
+        "--reference",
+        type=Path,
+        metavar="FILE",
+        help="with --template-check, for a model without a chat template: its own encoder (default: "
+        "MODEL_DIR/encoding/encoding_*.py, or SGLang's copy of DeepSeek V3.2's)",
+    )
     view = commands.add_parser("view", help="write a self-contained HTML report of a rollout's trajectories")
     view.add_argument("source", type=Path, help="a rollout output directory or its samples.jsonl")
     view.add_argument(

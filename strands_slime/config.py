@@ -199,7 +199,7 @@ class RolloutConfig(BaseModel):
     )
     chat_family: str | None = Field(
         None,
-        description="Chat format (qwen3, qwen35, glm47, kimi_k2, minimax_m2, deepseek_v32); None: detected "
+        description="Chat format (qwen3, qwen35, glm47, kimi_k2, minimax_m2, deepseek_v32, deepseek_v4); None: detected "
         "from the tokenizer, and an unknown template is refused.",
     )
     enable_thinking: bool | None = Field(

@@ -122,7 +122,9 @@ def test_the_trajectory_compares_with_lists_as_the_seed_quick_start_wrote_it() -
     assert trajectory.copy().token_ids == trajectory.token_ids and isinstance(
         trajectory.copy().logprobs, TokenArray
     )
-    assert trajectory.token_ids[:2] + [1] == [151644, 872, 1] and isinstance(trajectory.token_ids[:], TokenArray)
+    assert trajectory.token_ids[:2] + [1] == [151644, 872, 1] and isinstance(
+        trajectory.token_ids[:], TokenArray
+    )
 
 
 def test_a_token_array_is_still_an_array() -> None:

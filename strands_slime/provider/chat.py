@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from strands_slime.provider.chat_families import ChatFamily, resolve_chat_family
+from strands_slime.provider.chat_families import ChatFamily, resolve_chat_family, token_id
 from strands_slime.provider.tool_parsers import THINK_CLOSE, THINK_OPEN
 from strands_slime.runtime import get_runtime
 
@@ -252,10 +252,8 @@ class ChatTemplater:
         if isinstance(eos, int):
             ids.add(eos)
         for token in self.family.stop_tokens:
-            token_id = self.tokenizer.convert_tokens_to_ids(token)
-            unk = getattr(self.tokenizer, "unk_token_id", None)
-            if isinstance(token_id, int) and token_id >= 0 and token_id != unk:
-                ids.add(token_id)
+            if (found := token_id(self.tokenizer, token)) is not None:
+                ids.add(found)
         return frozenset(ids)
 
     # ------------------------------------------------------------------ rendering

@@ -3,9 +3,15 @@
 A family says what the chat template cannot: which tokens end a model turn (the stop tokens SGLang
 stops on), which text closes an assistant turn in the template, how tool calls are written (the
 tool parser), and what the template needs before a tool message. It is picked from the chat
-template's text and the tokenizer's special tokens; ``chat_family=`` overrides the pick. A template
-that matches no family is refused: appending with the wrong rules would produce a trajectory that
-differs from what the model was trained to read.
+template's text and the tokenizer's vocabulary; ``chat_family=`` overrides the pick.
+
+Recognition is by fingerprint, not by shared tokens: a Jinja family by texts its template has (and
+texts it must not have, to tell it from a look-alike), a template-less family by marker tokens at
+their exact ids (DeepSeek V4 has every token V3.2 has, at other ids, plus its own). Formats that
+look like a supported family but cannot be appended to exactly (QwQ, MiniMax M3, DeepSeek V3/V3.1/R1
+templates) are refused with one line naming them, and so is a template that matches nothing:
+appending with the wrong rules would produce a trajectory that differs from what the model was
+trained to read.
 """
 
 from __future__ import annotations
@@ -14,15 +20,48 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from strands_slime.provider.deepseek_v32 import ASSISTANT, BOS, EOS, USER, render_deepseek_v32
+from strands_slime.provider.deepseek import (
+    ASSISTANT,
+    BOS,
+    DSML,
+    EOS,
+    LATEST_REMINDER,
+    USER,
+    render_deepseek_v4,
+    render_deepseek_v32,
+)
 
 
 class UnsupportedChatTemplate(ValueError):
     """The tokenizer's chat template matches no supported family (or the override is unknown)."""
 
 
-@dataclass(frozen=True)
-class ChatFamily:
+@dataclass(frozen=True, kw_only=True)
+class Fingerprint:
+    """What recognises a chat format: texts its template has and lacks, tokens at their ids."""
+
+    template_markers: tuple[str, ...] = ()
+    """Texts that all appear in the format's chat template (none: a template-less format)."""
+    template_absent: tuple[str, ...] = ()
+    """Texts that never appear in its template (they tell it from a template with the same markers)."""
+    vocab_markers: tuple[tuple[str, int], ...] = ()
+    """Tokens and the exact ids they have in its vocabulary."""
+
+    def matches(self, tokenizer: Any, chat_template: str | None) -> bool:
+        """Whether the tokenizer and its template carry this fingerprint. A format with template
+        markers needs a template; one without needs none (its encoder is in Python)."""
+        if self.template_markers:
+            if not chat_template or not all(marker in chat_template for marker in self.template_markers):
+                return False
+        elif chat_template or not self.vocab_markers:
+            return False
+        if chat_template and any(text in chat_template for text in self.template_absent):
+            return False
+        return all(token_id(tokenizer, token) == expected for token, expected in self.vocab_markers)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChatFamily(Fingerprint):
     """One chat format: how a model's turns are written and ended, how its tool calls are parsed, and
     how its template is recognised. The provider appends turns in this format instead of
     re-rendering, so a wrong family would train on text the model never saw."""
@@ -35,16 +74,24 @@ class ChatFamily:
     """Tokens that end a model turn; an output ending with one is not closed again."""
     turn_end: str | None
     """Text the template writes to close an assistant turn (None: the next message's role token does)."""
-    template_markers: tuple[str, ...] = ()
-    """Texts that all appear in the family's chat template."""
-    vocab_markers: tuple[str, ...] = ()
-    """Tokens that all exist in the family's vocabulary."""
     anchor_tool_calls: bool = False
     """The template refuses a tool message unless the assistant message before it has tool calls."""
     thinking_kwarg: str = "enable_thinking"
     """The template variable that ``enable_thinking`` is passed as (Kimi's template reads ``thinking``)."""
     encoder: Callable[..., str] | None = field(default=None, compare=False)
     """Renders messages for families that ship a Python encoder instead of a Jinja template."""
+    reference_encoder: str | None = None
+    """For an encoder family: the file name of the model's own encoder (in its ``encoding/`` folder),
+    which ``drift --template-check`` compares ours with."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RefusedFormat(Fingerprint):
+    """A chat format recognised as one we cannot append to exactly: detecting it raises
+    :class:`UnsupportedChatTemplate` with one line naming it and saying why."""
+
+    name: str
+    reason: str
 
 
 QWEN3 = ChatFamily(
@@ -57,7 +104,7 @@ QWEN3 = ChatFamily(
 )
 QWEN35 = ChatFamily(
     name="qwen35",
-    models="Qwen3.5, Qwen3-Coder (XML tool calls)",
+    models="Qwen3.5, Qwen3.6, Qwen3-Coder (XML tool calls)",
     tool_parser="qwen3_coder",
     stop_tokens=("<|im_end|>", "<|endoftext|>"),
     turn_end="<|im_end|>",
@@ -65,7 +112,7 @@ QWEN35 = ChatFamily(
 )
 GLM47 = ChatFamily(
     name="glm47",
-    models="GLM-4.5, GLM-4.6, GLM-4.7",
+    models="GLM-4.5, GLM-4.6, GLM-4.7, GLM-5, GLM-5.1, GLM-5.2",
     tool_parser="glm47",
     stop_tokens=("<|user|>", "<|observation|>", "<|endoftext|>"),
     turn_end=None,
@@ -91,33 +138,79 @@ MINIMAX_M2 = ChatFamily(
 )
 DEEPSEEK_V32 = ChatFamily(
     name="deepseek_v32",
-    models="DeepSeek V3.2 (no Jinja template; rendered by strands_slime.provider.deepseek_v32)",
+    models="DeepSeek V3.2 (no Jinja template; rendered by strands_slime.provider.deepseek)",
     tool_parser="deepseek_v32",
     stop_tokens=(EOS,),
     turn_end=EOS,
-    vocab_markers=(BOS, USER, ASSISTANT),
+    vocab_markers=((BOS, 0), (USER, 128803), (ASSISTANT, 128804), (DSML, 128793)),
     anchor_tool_calls=True,
     encoder=render_deepseek_v32,
+    reference_encoder="encoding_dsv32.py",
+)
+DEEPSEEK_V4 = ChatFamily(
+    name="deepseek_v4",
+    models="DeepSeek V4 (no Jinja template; rendered by strands_slime.provider.deepseek)",
+    tool_parser="deepseek_v4",
+    stop_tokens=(EOS,),
+    turn_end=EOS,
+    vocab_markers=((BOS, 0), (USER, 128803), (ASSISTANT, 128804), (DSML, 128825), (LATEST_REMINDER, 128828)),
+    encoder=render_deepseek_v4,
+    reference_encoder="encoding_dsv4.py",
+)
+
+QWQ = RefusedFormat(
+    name="QwQ-32B",
+    reason=(
+        "its template drops the model's reasoning from every earlier assistant turn, tool rounds "
+        "included, so an append-only trajectory differs from it at every tool call (chat_family='qwen3' "
+        "appends anyway, keeping the reasoning the model saw)"
+    ),
+    template_markers=("<|im_start|>", "<|im_end|>", ".split('</think>')[-1]"),
+    template_absent=("reasoning_content",),
+)
+MINIMAX_M3 = RefusedFormat(
+    name="MiniMax M3",
+    reason="its format (<mm:think> reasoning, namespaced XML tool calls) has no tool parser here",
+    template_markers=("]~b]", "<mm:think>"),
+)
+DEEPSEEK_V3_TEMPLATE = RefusedFormat(
+    name="DeepSeek V3/V3.1/R1",
+    reason=(
+        "its tool calls and results (<\uff5ctool\u2581calls\u2581begin\uff5c>) have no incremental rules here "
+        "(the deepseek_v3 tool parser reads the calls)"
+    ),
+    template_markers=(ASSISTANT, "<\uff5ctool\u2581calls\u2581begin\uff5c>"),
 )
 
 _FAMILIES: dict[str, ChatFamily] = {}
 _ALIASES: dict[str, str] = {}
+_DETECTION: list[Fingerprint] = []
 
 
 def register_chat_family(family: ChatFamily, *aliases: str) -> None:
-    """Make a family selectable by name and, by its markers, detectable (registration order wins)."""
+    """Make a family selectable by name and, by its fingerprint, detectable (registration order wins)."""
     _FAMILIES[family.name] = family
     for alias in (family.name, *aliases):
         _ALIASES[alias.lower()] = family.name
+    _DETECTION.append(family)
 
 
-# Detection order: the more specific markers first (Qwen3.5 is ChatML plus XML calls).
+def refuse_chat_format(refused: RefusedFormat) -> None:
+    """Make a format that looks like a family, but cannot be appended to exactly, refused by name."""
+    _DETECTION.append(refused)
+
+
+# Detection order: refusals before the family they resemble; Qwen3.5 (ChatML plus XML calls) before Qwen3.
 register_chat_family(KIMI_K2, "kimi", "kimi_k25", "kimi25")
+refuse_chat_format(MINIMAX_M3)
 register_chat_family(MINIMAX_M2, "minimax", "minimax_m25", "minimax_m27")
-register_chat_family(GLM47, "glm", "glm45", "glm46", "glm4_moe")
-register_chat_family(QWEN35, "qwen3.5", "qwen3_coder", "qwen3-coder")
+register_chat_family(GLM47, "glm", "glm45", "glm46", "glm4_moe", "glm5", "glm51", "glm52")
+register_chat_family(QWEN35, "qwen3.5", "qwen3_coder", "qwen3-coder", "qwen36", "qwen3.6")
+refuse_chat_format(QWQ)
 register_chat_family(QWEN3, "qwen", "qwen3_next", "qwennext", "qwen3_2507", "chatml")
+refuse_chat_format(DEEPSEEK_V3_TEMPLATE)
 register_chat_family(DEEPSEEK_V32, "deepseek", "deepseekv32", "deepseek_v3.2")
+register_chat_family(DEEPSEEK_V4, "deepseekv4", "deepseek_v4_flash", "deepseek_v4_pro")
 
 
 def available_chat_families() -> list[str]:
@@ -141,34 +234,34 @@ def get_chat_family(name: str | ChatFamily) -> ChatFamily:
     return _FAMILIES[key]
 
 
-def has_token(tokenizer: Any, token: str) -> bool:
-    """True when ``token`` is one token of the tokenizer's vocabulary."""
-    token_id = tokenizer.convert_tokens_to_ids(token)
-    return (
-        isinstance(token_id, int) and token_id >= 0 and token_id != getattr(tokenizer, "unk_token_id", None)
-    )
+def token_id(tokenizer: Any, token: str) -> int | None:
+    """The id of ``token`` when it is one token of the tokenizer's vocabulary, else None."""
+    found = tokenizer.convert_tokens_to_ids(token)
+    if not isinstance(found, int) or found < 0 or found == getattr(tokenizer, "unk_token_id", None):
+        return None
+    return found
 
 
 def detect_chat_family(tokenizer: Any, chat_template: str | None) -> ChatFamily:
-    """The family whose markers the template (and vocabulary) has; refuse anything else.
+    """The family whose fingerprint the template and vocabulary carry; refuse anything else.
 
     Raises:
-        UnsupportedChatTemplate: no template, or one no registered family matches (the message says
+        UnsupportedChatTemplate: a format recognised as one we cannot append to exactly (one line
+            naming it and why), no template, or one no registered family matches (the message says
             how to choose a family explicitly).
     """
-    for family in _FAMILIES.values():
-        if family.template_markers and (
-            not chat_template or not all(marker in chat_template for marker in family.template_markers)
-        ):
+    for candidate in _DETECTION:
+        if not candidate.matches(tokenizer, chat_template):
             continue
-        if family.encoder is not None and chat_template:
-            continue  # a Python-encoded family is only chosen when no Jinja template is shipped
-        if not family.template_markers and not family.vocab_markers:
-            continue
-        if all(has_token(tokenizer, token) for token in family.vocab_markers):
-            return family
+        if isinstance(candidate, RefusedFormat):
+            raise UnsupportedChatTemplate(
+                f"the tokenizer's chat format is {candidate.name}, which strands-slime does not append to: "
+                f"{candidate.reason}"
+            )
+        assert isinstance(candidate, ChatFamily)
+        return candidate
     what = (
-        "has no chat template"
+        "has no chat template and a vocabulary no template-less family (DeepSeek V3.2, V4) has"
         if not chat_template
         else "has a chat template that matches no supported family"
     )
@@ -176,7 +269,7 @@ def detect_chat_family(tokenizer: Any, chat_template: str | None) -> ChatFamily:
         f"the tokenizer {what}; appending with the wrong format would train on a trajectory the model "
         f"cannot read. Supported: {'; '.join(f'{f.name} ({f.models})' for f in _FAMILIES.values())}. "
         "If the model writes one of these formats, set chat_family= (rollout config: chat_family), "
-        "and check it with `strands-slime drift`."
+        "and check it with `strands-slime drift --template-check`."
     )
 
 

@@ -1,10 +1,12 @@
-"""Check a tokenizer's chat template before training: incremental prompts must equal a full render.
+"""Check a tokenizer's chat format before training: incremental prompts must equal a full render.
 
 For random tool-calling conversations (reasoning, parallel calls, typed arguments, unicode, several
-rounds) the model's outputs are written as the template writes an assistant turn, parsed back with
-the family's tool parser, and the episode is templated incrementally as the provider does it. The
-ids must equal the template's full render of the same conversation; every difference is reported
-with the text around it. ``strands-slime drift --template-check MODEL_DIR`` runs it.
+rounds) the model's outputs are written as an independent reference writes an assistant turn (the
+model's own chat template through transformers, or for template-less families the model's own
+encoder: :mod:`strands_slime.provider.reference_encoders`), parsed back with the family's tool parser,
+and the episode is templated incrementally as the provider does it. The ids must equal the
+reference's full render of the same conversation; every difference is reported with the text around
+it. ``strands-slime drift --template-check MODEL_DIR`` runs it.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from strands_slime.provider.chat import ChatTemplater, to_template_messages, tool_specs_to_template_tools
+from strands_slime.provider.reference_encoders import ReferenceRenderer, reference_for, with_reference_options
 from strands_slime.provider.tool_parsers import ParsedOutput, get_tool_parser, parse_output
 
 CHECK_TOOL_SPECS = [
@@ -51,6 +54,8 @@ class TemplateCheckReport:
 
     family: str
     tool_parser: str
+    reference: str = ""
+    """What the incremental prompts were compared with."""
     conversations: int = 0
     appends: int = 0
     failures: list[str] = field(default_factory=list)
@@ -64,7 +69,7 @@ class TemplateCheckReport:
         """What ``drift --template-check`` prints: the counts, then the first ten failures."""
         head = (
             f"chat family {self.family} (tool parser {self.tool_parser}): {self.conversations} conversations, "
-            f"{self.appends} incremental appends, {len(self.failures)} failures"
+            f"{self.appends} incremental appends, {len(self.failures)} failures\ncompared with {self.reference}"
         )
         if self.ok:
             return head + "\nincremental prompts equal a full render of every conversation"
@@ -89,16 +94,17 @@ def _conversation(rng: random.Random) -> tuple[str, str, list[Turn]]:
     return "You help. " + _sentence(rng), "Task: " + _sentence(rng), turns
 
 
-def model_output(templater: ChatTemplater, assistant: dict[str, Any]) -> str:
-    """What the model writes for ``assistant`` after the generation prompt, without its stop token.
+def model_output(templater: ChatTemplater, assistant: dict[str, Any], reference: ReferenceRenderer) -> str:
+    """What the model writes for ``assistant`` after the generation prompt, without its stop token, as
+    the reference writes an assistant turn.
 
     Raises:
-        ValueError: the template's assistant turn does not start with its own generation prompt, or
+        ValueError: the reference's assistant turn does not start with its own generation prompt, or
             does not end with the family's turn end.
     """
     user = [{"role": "user", "content": "q"}]
-    prompt = templater.render(user)
-    rendered = templater.render([*user, assistant], add_generation_prompt=False)
+    prompt = reference.render(user, None, True)
+    rendered = reference.render([*user, assistant], None, False)
     if not rendered.startswith(prompt):
         raise ValueError(
             "the template renders an assistant turn that does not start with its own generation prompt "
@@ -137,11 +143,19 @@ def simulate_episode(
     user: str,
     turns: list[Turn],
     tool_specs: list[dict[str, Any]] = CHECK_TOOL_SPECS,
+    *,
+    reference: ReferenceRenderer | None = None,
 ) -> SimulatedEpisode:
-    """Write each turn as the family's template writes an assistant turn, parse it back with the
-    family's parser, append the tool results incrementally (our call ids, the model's own ids where it
-    writes them), and render the whole conversation in full. Stops at a turn whose output does not
-    parse back into its own calls and text: later turns could not be appended."""
+    """Write each turn as the reference writes an assistant turn, parse it back with the family's
+    parser, append the tool results incrementally (our call ids, the model's own ids where it writes
+    them), and render the whole conversation in full with the reference. Stops at a turn whose output
+    does not parse back into its own calls and text: later turns could not be appended.
+
+    ``reference`` defaults to :func:`~strands_slime.provider.reference_encoders.reference_for` the
+    templater (its chat template; a template-less family needs one given). The templater must render
+    with the reference's options (:func:`~strands_slime.provider.reference_encoders.with_reference_options`).
+    """
+    reference = reference or reference_for(templater)
     parser = get_tool_parser(templater.family.tool_parser)
     tools = tool_specs_to_template_tools(tool_specs)
     prompt_text = templater.initial_prompt_text([{"role": "user", "content": user}], system, tools)
@@ -170,7 +184,7 @@ def simulate_episode(
             "reasoning_content": reasoning,
             "tool_calls": calls,
         }
-        output = model_output(templater, assistant)
+        output = model_output(templater, assistant, reference)
         opened = templater.prompt_opens_reasoning(prompt_text)
         parsed = parse_output(output, parser, tool_specs, prompt_opened_reasoning=opened)
         outputs.append((output, parsed))
@@ -193,11 +207,17 @@ def simulate_episode(
             {"role": "tool", "content": text, "tool_call_id": call["id"]}
             for call, text in zip(calls, results, strict=True)
         ]
-    return SimulatedEpisode(ids, templater.encode(templater.render(messages, tools)), outputs)
+    return SimulatedEpisode(ids, templater.encode(reference.render(messages, tools, True)), outputs)
 
 
-def _check_one(templater: ChatTemplater, conversation: Any, report: TemplateCheckReport, index: int) -> None:
-    episode = simulate_episode(templater, *conversation)
+def _check_one(
+    templater: ChatTemplater,
+    reference: ReferenceRenderer,
+    conversation: Any,
+    report: TemplateCheckReport,
+    index: int,
+) -> None:
+    episode = simulate_episode(templater, *conversation, reference=reference)
     if episode.full_ids is None:
         output, parsed = episode.outputs[-1]
         got = [(c.name, c.arguments) for c in parsed.tool_calls]
@@ -220,16 +240,31 @@ def _check_one(templater: ChatTemplater, conversation: Any, report: TemplateChec
 
 
 def check_template(
-    templater: ChatTemplater, *, conversations: int = 50, seed: int = 0
+    templater: ChatTemplater,
+    *,
+    reference: ReferenceRenderer | None = None,
+    conversations: int = 50,
+    seed: int = 0,
 ) -> TemplateCheckReport:
-    """Run ``conversations`` random tool-calling episodes through ``templater`` (see module doc)."""
-    report = TemplateCheckReport(family=templater.family.name, tool_parser=templater.family.tool_parser)
+    """Run ``conversations`` random tool-calling episodes through ``templater`` and compare them with
+    ``reference`` (default: the model's chat template; see module doc).
+
+    Raises:
+        NoReferenceEncoder: no reference given for a template-less family.
+    """
+    reference = reference or reference_for(templater)
+    templater = with_reference_options(templater, reference)
+    report = TemplateCheckReport(
+        family=templater.family.name,
+        tool_parser=templater.family.tool_parser,
+        reference=reference.description,
+    )
     rng = random.Random(seed)
     for index in range(conversations):
         report.conversations += 1
         try:
-            _check_one(templater, _conversation(rng), report, index)
-        except ValueError as exc:
-            report.failures.append(f"conversation {index}: {exc}")
+            _check_one(templater, reference, _conversation(rng), report, index)
+        except Exception as exc:  # our templater or the reference refused the conversation: report it
+            report.failures.append(f"conversation {index}: {type(exc).__name__}: {exc}")
             break
     return report

@@ -526,6 +526,18 @@ class DeepSeekV32ToolParser(ToolParser):
         return _check_call(name, arguments, raw, schemas)
 
 
+class DeepSeekV4ToolParser(DeepSeekV32ToolParser):
+    """DeepSeek V4 DSML: as V3.2, in a ``<｜DSML｜tool_calls>`` block instead of ``function_calls``."""
+
+    name = "deepseek_v4"
+    open_tag = f"<{_DSML}tool_calls>"
+    close_tag = f"</{_DSML}tool_calls>"
+    expected_format = (
+        f'<{_DSML}tool_calls>\n<{_DSML}invoke name="NAME">\n<{_DSML}parameter name="ARGUMENT" '
+        f'string="true|false">value</{_DSML}parameter>\n</{_DSML}invoke>\n</{_DSML}tool_calls>'
+    )
+
+
 _DEEPSEEK_V3_CALL_RE = re.compile(
     r"<\uff5ctool\u2581call\u2581begin\uff5c>(.*?)<\uff5ctool\u2581sep\uff5c>(.*?)<\uff5ctool\u2581call\u2581end\uff5c>",
     re.DOTALL,
@@ -583,6 +595,7 @@ register_tool_parser(GLM4ToolParser, "glm45", "glm4", "glm4_moe")
 register_tool_parser(KimiK2ToolParser, "kimi", "kimi_k25")
 register_tool_parser(MiniMaxM2ToolParser, "minimax", "minimax_m25", "minimax_m27")
 register_tool_parser(DeepSeekV32ToolParser, "deepseekv32", "dsml")
+register_tool_parser(DeepSeekV4ToolParser, "deepseekv4")
 register_tool_parser(DeepSeekV3ToolParser, "deepseekv3", "deepseek_v31", "deepseekv31")
 
 
