@@ -228,3 +228,13 @@ async def test_a_recording_span_keeps_the_whole_history(qwen3_tokenizer: Any, cl
     with trace.use_span(span, end_on_exit=True):
         whole = plugin._send_only_new_messages(context())
     assert whole.messages is messages and model.message_offset == 0
+
+
+def test_the_plugin_hands_strands_what_its_discovery_would_find(qwen3_tokenizer: Any) -> None:
+    """The plugin skips Strands' attribute walk (64 us an episode) by naming its hooks itself: they must
+    be what the walk finds."""
+    from strands.plugins._discovery import discover_hooks, discover_tools
+
+    plugin = SGLangModel(tokenizer=qwen3_tokenizer, base_url="http://127.0.0.1:9").plugin()
+    assert plugin.hooks == discover_hooks(plugin, plugin.name)
+    assert plugin.tools == discover_tools(plugin, plugin.name) == []

@@ -45,6 +45,10 @@ class TITOPlugin(Plugin):
 
     def __init__(self, model: Any) -> None:
         self.model = model
+        # What Plugin.__init__ would discover by walking every attribute of the class hierarchy (64 us,
+        # once per episode); given here, Plugin's own guard skips the walk.
+        self._hooks = [self.answer_malformed_tool_calls]
+        self._tools = []
         super().__init__()
 
     def init_agent(self, agent: Any) -> None:
