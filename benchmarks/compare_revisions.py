@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -34,8 +35,12 @@ import transcripts as transcript_data
 REPO_ROOT = bench_provider.REPO_ROOT
 RESULTS_PATH = REPO_ROOT / "benchmarks" / "results" / "revisions.json"
 DOC_PATH = REPO_ROOT / "docs" / "benchmarks.md"
-DOC_BEGIN = "<!-- compare-revisions: begin -->"
-DOC_END = "<!-- compare-revisions: end -->"
+
+
+def _markers(gc: bool) -> tuple[str, str]:
+    """The docs markers of one mode's section (plain provider path, or generate's GC settings)."""
+    mode = "generate-gc" if gc else "plain"
+    return f"<!-- compare-revisions {mode}: begin -->", f"<!-- compare-revisions {mode}: end -->"
 
 
 def _git(*args: str) -> str:
@@ -108,9 +113,13 @@ def compare(
         "machine": bench_provider.machine_info(),
         "base": {"rev": base, "commit": base_commit},
         "head": {"commit": head_commit},
-        "path": "generate-path GC tuning" if gc else "plain provider (Agent + SGLangModel per episode)",
+        "gc": gc,
+        "path": "with generate's GC settings (decode scope, pace, tuned collector)"
+        if gc
+        else "the plain provider path (Agent + SGLangModel + plugin per episode, as the README writes it)",
         "window_s": [settle_s, run_for_s],
         "repeats": repeats,
+        "load_average": round(os.getloadavg()[0], 1),
         "cells": cells,
     }
 
@@ -118,12 +127,13 @@ def compare(
 def render_markdown(results: dict[str, Any]) -> str:
     """The docs section for ``results``."""
     machine = results["machine"]
+    begin, end = _markers(results["gc"])
     lines = [
-        DOC_BEGIN,
-        "## Before and after a change: CPU per turn, side by side",
+        begin,
+        f"### Before and after: {results['path']}",
         "",
         f"`python benchmarks/compare_revisions.py --base {results['base']['rev']}` on {results['date']} "
-        f"({machine.get('cpu', '?')}, {machine.get('cpus', '?')} CPUs): base "
+        f"({machine.get('cpu', '?')}, {machine.get('cpus', '?')} CPUs, load {results.get('load_average', '?')}): base "
         f"`{results['base']['commit'][:8]}`, head `{results['head']['commit'][:8]}`; {results['path']}; both "
         f"drivers at once on one CPU, each with its own dev server on the other, CPU per turn over "
         f"the window {results['window_s'][0]:g}-{results['window_s'][1]:g} s of each run, "
@@ -138,7 +148,7 @@ def render_markdown(results: dict[str, Any]) -> str:
             f"| {concurrency} | {cell['before_ms']:.2f} | {cell['after_ms']:.2f} | "
             f"{cell['after_over_before']:.3f} | {every} |"
         )
-    lines += ["", DOC_END]
+    lines += ["", end]
     return "\n".join(lines)
 
 
@@ -146,9 +156,10 @@ def write_doc(results: dict[str, Any]) -> None:
     """Replace (or append) the section between the markers in docs/benchmarks.md."""
     text = DOC_PATH.read_text()
     section = render_markdown(results)
-    if DOC_BEGIN in text and DOC_END in text:
-        head, rest = text.split(DOC_BEGIN, 1)
-        text = head + section + rest.split(DOC_END, 1)[1]
+    begin, end = _markers(results["gc"])
+    if begin in text and end in text:
+        head, rest = text.split(begin, 1)
+        text = head + section + rest.split(end, 1)[1]
     else:
         text = text.rstrip() + "\n\n" + section + "\n"
     DOC_PATH.write_text(text)

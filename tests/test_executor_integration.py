@@ -28,6 +28,7 @@ from strands_slime.cli import RolloutOptions, run_rollout
 from strands_slime.config import get_rollout_config
 from strands_slime.devserver import DevServerThread
 from strands_slime.rollout import executor
+from strands_slime.rollout.executor import shutdown_executors
 from strands_slime.rollout.slime_compat import Sample
 from strands_slime.runtime import get_runtime
 
@@ -171,6 +172,7 @@ async def test_fanout_through_workers_equals_in_process() -> None:
                 result = await generate(args, sample, dict(PARAMS))
                 assert isinstance(result, list) and result[0] is sample
                 results[name].append(result)
+        await shutdown_executors()  # on this test's loop, before it closes
     local, remote = results["in-process"], results["workers"]
     assert [len(episode) for episode in remote] == [2, 1], "FANOUTQ is compacted once"
     for local_episode, remote_episode in zip(local, remote, strict=True):

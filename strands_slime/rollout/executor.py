@@ -45,6 +45,7 @@ import pickle
 import signal
 import struct
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -324,6 +325,29 @@ class EpisodeExecutor:
                 logger.error("executor workers %s still running %.0f s after SIGKILL", pids, wait_s)
                 return
             time.sleep(0.005)
+        self._close_transports_on_loop(max(0.0, deadline - time.monotonic()))
+
+    def _close_transports_on_loop(self, wait_s: float) -> None:
+        """Close the workers' subprocess transports on their own loop when it runs in another thread
+        (slime's rollout thread), waiting at most ``wait_s``: a transport left open is closed by its
+        finalizer, which fails once that loop is closed (an unraisable ``Event loop is closed``)."""
+        loop = self._loop
+        if loop.is_closed() or not loop.is_running():
+            return
+        done = threading.Event()
+
+        def close_all() -> None:
+            for worker in self._workers.values():
+                transport = getattr(worker.process, "_transport", None)  # asyncio keeps no public handle
+                if transport is not None:
+                    transport.close()
+            done.set()
+
+        try:
+            loop.call_soon_threadsafe(close_all)
+        except RuntimeError:  # the loop closed meanwhile
+            return
+        done.wait(wait_s)
 
     async def close(self) -> None:
         """Stop every worker (they exit at once; killed after a grace period) and fail what is in flight.
