@@ -915,14 +915,14 @@ setup_ray_auth() {
 # run_preflight [--ray-version V] [--wandb-key-required]: this node's GPUs, Ray, W&B key, the
 # installed router's acceptance of our router options and writable shared folders.
 run_preflight() {
-    local args=(--gpus "$GPUS_PER_NODE" "$@" --writable "$SAVE_DIR" --writable "$RUN_DIR")
-    is_true "$PILOT" && args+=(--writable "$PILOT_DIR")
-    local token
+    local args=(--gpus "$GPUS_PER_NODE" "$@") token
     for token in "${ROUTER_ARGS[@]}"; do args+=("--router-arg=$token"); done
-    if dry_run; then
+    if dry_run; then # a dry run creates no folder
         strands_python -m strands_slime.launch.preflight "${args[@]}" --notes-only >/dev/null || true
         return 0
     fi
+    args+=(--writable "$SAVE_DIR" --writable "$RUN_DIR")
+    is_true "$PILOT" && args+=(--writable "$PILOT_DIR")
     local verdict
     verdict=$(strands_python -m strands_slime.launch.preflight "${args[@]}" 2>&1) || {
         printf '%s\n' "$verdict" | sed 's/^preflight error: /  - /' >&2

@@ -1591,17 +1591,19 @@ def test_save_dir_must_hold_the_checkpoints_it_keeps_at_once(tools: Path, tmp_pa
 def test_the_pilot_runs_the_same_job_shorter_with_eval_off_into_its_own_folder(
     tools: Path, tmp_path: Path
 ) -> None:
-    result = _dry_train(tools, tmp_path, "--pilot", SAVE_DIR="/ckpt/run1")
+    save_dir = tmp_path / "ckpt"
+    result = _dry_train(tools, tmp_path, "--pilot", SAVE_DIR=str(save_dir))
+    assert not save_dir.exists(), "a dry run creates no folder"
     flags = _parse_flags(_train_command(result.stdout))
     assert flags["--num-rollout"] == ["8"]
     assert not any(flag.startswith("--eval") for flag in flags) and "--log-passrate" not in flags
     # never resumes or overwrites the run's checkpoints; saves halfway so the save is timed
-    assert flags["--load"] == flags["--save"] == ["/ckpt/run1/pilot/checkpoint"]
+    assert flags["--load"] == flags["--save"] == [f"{save_dir}/pilot/checkpoint"]
     assert flags["--save-interval"] == ["4"] and flags["--save-retain-interval"] == ["12"]
-    assert _runtime_env(result.stdout)["env_vars"]["TENSORBOARD_DIR"] == "/ckpt/run1/pilot/tensorboard"
+    assert _runtime_env(result.stdout)["env_vars"]["TENSORBOARD_DIR"] == f"{save_dir}/pilot/tensorboard"
     commands = _commands(result.stdout)
     sampler = next(c for c in commands if "strands_slime.launch.gpu_sampler" in c)
-    assert sampler[sampler.index("--out") + 1] == "/ckpt/run1/pilot/gpu-node0.jsonl"
+    assert sampler[sampler.index("--out") + 1] == f"{save_dir}/pilot/gpu-node0.jsonl"
     analyze = next(c for c in commands if "strands_slime.launch.pilot" in c)
     assert analyze[analyze.index("--num-rollout") + 1] == "3000", "projected for the full run"
     assert analyze[analyze.index("--gpus") + 1] == "8"
