@@ -2,6 +2,11 @@
 # GRPO training of Qwen3-8B on DAPO-math with a Python tool: slime (Megatron + SGLang) driving the
 # strands_slime agent rollout. Starts Ray (head on rank 0, workers elsewhere) and submits slime's
 # train.py. Every path and size is an environment variable; see --help and docs/training.md.
+#
+# The whole script is one block that ends in `exit`: bash reads all of it before running any of it,
+# so changing this file (a `git pull`) while a launcher supervises a weeks-long job cannot change
+# what that launcher runs (bash otherwise reads a script as it goes, at byte offsets).
+{
 set -euo pipefail
 
 SCRIPT_NAME=$(basename -- "${BASH_SOURCE[0]}")
@@ -12,25 +17,34 @@ source "$SCRIPT_DIR/lib/common.sh"
 
 usage() {
     cat <<'USAGE'
-Usage: scripts/strands_qwen3_8b.sh [--dry-run] [--foreground] [-- EXTRA_TRAIN_PY_FLAGS...]
+Usage: scripts/strands_qwen3_8b.sh [--pilot] [--dry-run] [--foreground] [-- EXTRA_TRAIN_PY_FLAGS...]
 
 Train Qwen3-8B with slime + strands_slime. Run it on every node: rank 0 starts the Ray head and
 submits train.py, other ranks join as Ray workers. Every check runs first, in the terminal; then
 the launcher detaches (its own session, immune to a closed terminal) and logs to
-$RUN_DIR/launch-node$NODE_RANK.log. `kill -TERM <its PID>` stops the job and the Ray node this
-launcher started, nothing else. Flags after `--` are appended to train.py's command line (the last
-occurrence of a flag wins).
+$RUN_DIR/node$NODE_RANK/launch.log. On rank 0 it supervises the job: after a crash it resubmits,
+resuming from the latest checkpoint, up to MAX_RESTARTS times with a growing pause, and records
+why it stopped in $RUN_DIR/node0/state.json. `kill -TERM <its PID>` stops the job and the Ray node
+this launcher started, nothing else. Flags after `--` are appended to train.py's command line (the
+last occurrence of a flag wins).
 
 Options
+  --pilot, PILOT=1       first thing to run on a new cluster (on every node, like the run): PILOT_STEPS
+                         steps with eval off, measured; writes $PILOT_DIR/pilot.json and pilot.md
+                         (step time split, GPU memory per role, SGLang headroom, tokens/s, keep,
+                         truncation and abort rates, logprob gap) and projects the full run's time,
+                         GPU-hours and disk. The run then checkpoints from the pilot's step time.
   --dry-run, DRY_RUN=1   print the checks' results and the resolved commands; start nothing
   --foreground           stay attached: Ctrl-C, SIGTERM or a closed terminal (SIGHUP) stop the job
   -h, --help             this text
 
 Environment (default). Every path must be absolute and the same on every node.
+  PRESET (1x8; 4x8 = four nodes of 8 GPUs with the batch scaled 4x: NUM_NODES 4,
+  ROLLOUT_BATCH_SIZE 64, GLOBAL_BATCH_SIZE 512, NUM_ROLLOUT 750; variables you set win)
   SLIME_DIR (/root/slime)  MEGATRON_DIR (/root/Megatron-LM)  STRANDS_SLIME_DIR (this repository)
   MODEL_DIR (/root/models)  HF_CHECKPOINT ($MODEL_DIR/Qwen3-8B)
   REF_LOAD ($MODEL_DIR/Qwen3-8B_torch_dist)  SAVE_DIR (/root/checkpoints/qwen3-8b-strands-slime;
-  on a filesystem every node shares when NUM_NODES > 1)
+  on a filesystem every node shares when NUM_NODES > 1: checkpoints, TensorBoard, the pilot)
   DATA_DIR (/root/data)  PROMPT_DATA ($DATA_DIR/dapo-math-17k.jsonl)
   EVAL_CONFIG ($STRANDS_SLIME_DIR/configs/eval_aime.yaml; empty: --eval-prompt-data aime $EVAL_DATA)
   EVAL_DATA ($DATA_DIR/aime-2024.jsonl, only with EVAL_CONFIG empty)
@@ -39,14 +53,25 @@ Environment (default). Every path must be absolute and the same on every node.
   NODE_IP (this node's address: MASTER_ADDR on rank 0, else the source address towards MASTER_ADDR)
   GPUS_PER_NODE (8)  RAY_PORT (6379)  RAY_DASHBOARD_PORT (8265)  RAY_DASHBOARD_HOST (127.0.0.1)
   RAY_WAIT_TIMEOUT (900 s)  RAY_STOP_TIMEOUT (60 s)  RAY_POLL_INTERVAL (5 s)
-  RUN_DIR (/tmp/strands-slime-$UID-$RAY_PORT, keep it short: this node's PID files,
-  launcher log and Ray temp dir)
+  RAY_AUTH (auto: Ray token authentication when the installed Ray has it (>= 2.52); on; off)
+  RAY_AUTH_TOKEN_FILE ($SAVE_DIR/.ray-auth-token, mode 600, written by the head)
+  RUN_DIR ($SAVE_DIR/run: logs and run state, this node's under node$NODE_RANK/)
+  RAY_TEMP_DIR (/tmp/strands-slime-$UID-$RAY_PORT: Ray's sockets and own logs; keep it short)
   NUM_ROLLOUT (3000)  ROLLOUT_BATCH_SIZE (16)  OVER_SAMPLING_BATCH_SIZE (2 x ROLLOUT_BATCH_SIZE)
   N_SAMPLES_PER_PROMPT (8)  GLOBAL_BATCH_SIZE (128)  DYNAMIC_SAMPLING (1: drop zero-std groups)
-  MAX_RESPONSE_LEN (16384, per episode: model and tool tokens)  ROLLOUT_TEMPERATURE (1.0)
+  PARTIAL_ROLLOUT (1: episodes the over-sampling abort cuts off resume next step instead of being
+  thrown away)  MASK_OFFPOLICY_IN_PARTIAL_ROLLOUT (0)
+  MAX_RESPONSE_LEN (32768, per episode: model and tool tokens)  ROLLOUT_TEMPERATURE (1.0)
   EVAL_INTERVAL (20; 0 disables eval)  N_SAMPLES_PER_EVAL_PROMPT and EVAL_MAX_RESPONSE_LEN (16 and
   16384; with EVAL_CONFIG set, the file's values win)
-  SAVE_INTERVAL (100)  CHECKPOINT_GB (115: SAVE_DIR must have room for one)  TP_SIZE (2)  MAX_TOKENS_PER_GPU (18432)  ROLLOUT_GPUS_PER_ENGINE (2)
+  SAVE_HOURS (2: most hours of steps a crash may lose)  SAVE_INTERVAL (steps; default: SAVE_HOURS
+  of the pilot's p90 step time from PILOT_JSON, else of STEP_MINUTES, your estimate)
+  KEEP_CHECKPOINTS (latest; all keeps every one)  CHECKPOINT_GB (115: one checkpoint's size)
+  MAX_RESTARTS (5)  MAX_RESTARTS_WITHOUT_PROGRESS (2)  RESTART_BACKOFF (60 s, doubling up to
+  RESTART_BACKOFF_MAX, 1800 s)
+  PILOT_STEPS (8)  PILOT_DIR ($SAVE_DIR/pilot)  PILOT_JSON ($PILOT_DIR/pilot.json)
+  PILOT_KEEP_CHECKPOINT (0)  GPU_HOUR_PRICE (unset: the pilot projects GPU-hours, no cost)
+  TP_SIZE (2)  MAX_TOKENS_PER_GPU (18432)  ROLLOUT_GPUS_PER_ENGINE (2)
   SGLANG_MEM_FRACTION (0.7)  ROUTER_POLICY (manual)  ROUTER_ASSIGNMENT_MODE (min_load)
   LR (1e-6)  KL_LOSS_COEF (0; > 0 adds --use-kl-loss)  ENTROPY_COEF (0)
   OFF_POLICY_CORRECTION (tis | rollout-logprobs | none)
@@ -66,6 +91,7 @@ while (($# > 0)); do
     case "$1" in
         --dry-run) DRY_RUN=1 ;;
         --foreground) FOREGROUND=1 ;;
+        --pilot) PILOT=1 ;;
         -h | --help)
             usage
             exit 0
@@ -80,13 +106,31 @@ while (($# > 0)); do
     shift
 done
 dry_run || true # validates DRY_RUN early
-# What the detached launcher is started with (the environment carries everything else).
+PILOT="${PILOT:-0}"
+is_true "$PILOT" || true
+# What the detached launcher is started with (the environment carries everything else;
+# CHECKS_DONE=1 tells it that this process already ran the checks a moment ago).
 DETACHED_ARGS=(--foreground)
 if ((${#EXTRA_TRAIN_ARGS[@]} > 0)); then
     DETACHED_ARGS+=(-- "${EXTRA_TRAIN_ARGS[@]}")
 fi
 
 # ---------------------------------------------------------------- configuration
+# A preset only fills what the environment leaves unset.
+PRESET="${PRESET:-1x8}"
+case "$PRESET" in
+    1x8) ;;
+    4x8)
+        # Four times the GPUs: four times the batch, one optimizer step per rollout as on one node
+        # (the same per-GPU work), and a quarter of the steps, so the run sees as many prompts.
+        NUM_NODES="${NUM_NODES:-4}"
+        ROLLOUT_BATCH_SIZE="${ROLLOUT_BATCH_SIZE:-64}"
+        GLOBAL_BATCH_SIZE="${GLOBAL_BATCH_SIZE:-512}"
+        NUM_ROLLOUT="${NUM_ROLLOUT:-750}"
+        ;;
+    *) die "PRESET must be 1x8 or 4x8, got '$PRESET'" ;;
+esac
+
 SLIME_DIR="${SLIME_DIR:-/root/slime}"
 MEGATRON_DIR="${MEGATRON_DIR:-/root/Megatron-LM}"
 STRANDS_SLIME_DIR="${STRANDS_SLIME_DIR:-$REPO_ROOT}"
@@ -111,10 +155,15 @@ RAY_DASHBOARD_HOST="${RAY_DASHBOARD_HOST:-127.0.0.1}"
 RAY_WAIT_TIMEOUT="${RAY_WAIT_TIMEOUT:-900}"
 RAY_STOP_TIMEOUT="${RAY_STOP_TIMEOUT:-60}"
 RAY_POLL_INTERVAL="${RAY_POLL_INTERVAL:-5}"
+RAY_AUTH="${RAY_AUTH:-auto}"
+RAY_AUTH_TOKEN_FILE="${RAY_AUTH_TOKEN_FILE:-$SAVE_DIR/.ray-auth-token}"
 # One Megatron checkpoint of Qwen3-8B: bf16 weights + fp32 master weights + two Adam moments.
 CHECKPOINT_GB="${CHECKPOINT_GB:-115}"
-# Short and under /tmp: Ray's socket paths under RUN_DIR/ray must stay below the 107-byte AF_UNIX limit.
-RUN_DIR="${RUN_DIR:-/tmp/strands-slime-$(id -u)-$RAY_PORT}"
+# Logs and run state persist with the run (SAVE_DIR is shared, so every node gets its own folder).
+RUN_DIR="${RUN_DIR:-$SAVE_DIR/run}"
+NODE_DIR="$RUN_DIR/node$NODE_RANK"
+# Short and node-local: Ray's socket paths under it must stay below the 107-byte AF_UNIX limit.
+RAY_TEMP_DIR="${RAY_TEMP_DIR:-/tmp/strands-slime-$(id -u)-$RAY_PORT}"
 
 NUM_ROLLOUT="${NUM_ROLLOUT:-3000}"
 ROLLOUT_BATCH_SIZE="${ROLLOUT_BATCH_SIZE:-16}"
@@ -122,12 +171,27 @@ OVER_SAMPLING_BATCH_SIZE="${OVER_SAMPLING_BATCH_SIZE:-}"
 N_SAMPLES_PER_PROMPT="${N_SAMPLES_PER_PROMPT:-8}"
 GLOBAL_BATCH_SIZE="${GLOBAL_BATCH_SIZE:-128}"
 DYNAMIC_SAMPLING="${DYNAMIC_SAMPLING:-1}"
-MAX_RESPONSE_LEN="${MAX_RESPONSE_LEN:-16384}"
+PARTIAL_ROLLOUT="${PARTIAL_ROLLOUT:-1}"
+MASK_OFFPOLICY_IN_PARTIAL_ROLLOUT="${MASK_OFFPOLICY_IN_PARTIAL_ROLLOUT:-0}"
+# Qwen3's recommended output length for thinking mode; tool output counts against it too.
+MAX_RESPONSE_LEN="${MAX_RESPONSE_LEN:-32768}"
 ROLLOUT_TEMPERATURE="${ROLLOUT_TEMPERATURE:-1.0}"
 EVAL_INTERVAL="${EVAL_INTERVAL:-20}"
 N_SAMPLES_PER_EVAL_PROMPT="${N_SAMPLES_PER_EVAL_PROMPT:-16}"
 EVAL_MAX_RESPONSE_LEN="${EVAL_MAX_RESPONSE_LEN:-16384}"
-SAVE_INTERVAL="${SAVE_INTERVAL:-100}"
+SAVE_HOURS="${SAVE_HOURS:-2}"
+SAVE_INTERVAL="${SAVE_INTERVAL:-}"
+STEP_MINUTES="${STEP_MINUTES:-}"
+KEEP_CHECKPOINTS="${KEEP_CHECKPOINTS:-latest}"
+MAX_RESTARTS="${MAX_RESTARTS:-5}"
+MAX_RESTARTS_WITHOUT_PROGRESS="${MAX_RESTARTS_WITHOUT_PROGRESS:-2}"
+RESTART_BACKOFF="${RESTART_BACKOFF:-60}"
+RESTART_BACKOFF_MAX="${RESTART_BACKOFF_MAX:-1800}"
+PILOT_STEPS="${PILOT_STEPS:-8}"
+PILOT_DIR="${PILOT_DIR:-$SAVE_DIR/pilot}"
+PILOT_JSON="${PILOT_JSON:-$PILOT_DIR/pilot.json}"
+PILOT_KEEP_CHECKPOINT="${PILOT_KEEP_CHECKPOINT:-0}"
+GPU_HOUR_PRICE="${GPU_HOUR_PRICE:-}"
 TP_SIZE="${TP_SIZE:-2}"
 MAX_TOKENS_PER_GPU="${MAX_TOKENS_PER_GPU:-18432}"
 ROLLOUT_GPUS_PER_ENGINE="${ROLLOUT_GPUS_PER_ENGINE:-2}"
@@ -147,11 +211,13 @@ WANDB_GROUP="${WANDB_GROUP:-qwen3-8b-strands-math}"
 KILL_STALE="${KILL_STALE:-0}"
 REUSE_RAY="${REUSE_RAY:-0}"
 KEEP_RAY="${KEEP_RAY:-0}"
+# Set by this script for the launcher it detaches: the checks ran a moment ago in the same environment.
+LAUNCH_CHECKED="${LAUNCH_CHECKED:-0}"
 # Cluster-wide W&B options for the job's runtime env. Node-specific settings (SLIME_HOST_IP,
-# NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME, NCCL_IB_HCA, HF_HOME, proxies) and the W&B key reach each
-# node's Ray processes through the environment of that node's `ray start`, never through the job's
-# runtime env: that would give every node the head's values, and Ray shows runtime envs on its
-# dashboard and in its logs.
+# NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME, NCCL_IB_HCA, HF_HOME, proxies), the W&B key and Ray's
+# auth token reach each node's Ray processes through the environment of that node's `ray start`,
+# never through the job's runtime env: that would give every node the head's values, and Ray shows
+# runtime envs on its dashboard and in its logs.
 RUNTIME_ENV_PASSTHROUGH=(WANDB_MODE WANDB_BASE_URL WANDB_ENTITY)
 
 # ---------------------------------------------------------------- validation (nothing started yet)
@@ -159,19 +225,38 @@ require_int ROLLOUT_BATCH_SIZE 1
 OVER_SAMPLING_BATCH_SIZE="${OVER_SAMPLING_BATCH_SIZE:-$((2 * 10#$ROLLOUT_BATCH_SIZE))}"
 for name in NUM_NODES GPUS_PER_NODE NUM_ROLLOUT ROLLOUT_BATCH_SIZE OVER_SAMPLING_BATCH_SIZE \
     N_SAMPLES_PER_PROMPT GLOBAL_BATCH_SIZE MAX_RESPONSE_LEN N_SAMPLES_PER_EVAL_PROMPT \
-    EVAL_MAX_RESPONSE_LEN SAVE_INTERVAL TP_SIZE MAX_TOKENS_PER_GPU ROLLOUT_GPUS_PER_ENGINE RAY_PORT \
-    RAY_DASHBOARD_PORT RAY_WAIT_TIMEOUT RAY_STOP_TIMEOUT RAY_POLL_INTERVAL; do
+    EVAL_MAX_RESPONSE_LEN TP_SIZE MAX_TOKENS_PER_GPU ROLLOUT_GPUS_PER_ENGINE RAY_PORT \
+    RAY_DASHBOARD_PORT RAY_WAIT_TIMEOUT RAY_STOP_TIMEOUT RAY_POLL_INTERVAL MAX_RESTARTS_WITHOUT_PROGRESS; do
     require_int "$name" 1
 done
-require_int NODE_RANK 0
-require_int CHECKPOINT_GB 0
-require_int EVAL_INTERVAL 0
-for name in ROLLOUT_TEMPERATURE SGLANG_MEM_FRACTION LR KL_LOSS_COEF ENTROPY_COEF; do
+for name in NODE_RANK CHECKPOINT_GB EVAL_INTERVAL MAX_RESTARTS RESTART_BACKOFF RESTART_BACKOFF_MAX; do
+    require_int "$name" 0
+done
+# A pilot leaves its first step out of the statistics: it needs at least two more.
+require_int PILOT_STEPS 3
+[[ -z "$SAVE_INTERVAL" ]] || require_int SAVE_INTERVAL 1
+for name in ROLLOUT_TEMPERATURE SGLANG_MEM_FRACTION LR KL_LOSS_COEF ENTROPY_COEF SAVE_HOURS; do
     require_number "$name"
 done
-for name in KILL_STALE REUSE_RAY KEEP_RAY DYNAMIC_SAMPLING; do
+for name in STEP_MINUTES GPU_HOUR_PRICE; do
+    [[ -z "${!name}" ]] || require_number "$name"
+done
+for name in KILL_STALE REUSE_RAY KEEP_RAY DYNAMIC_SAMPLING PARTIAL_ROLLOUT MASK_OFFPOLICY_IN_PARTIAL_ROLLOUT \
+    PILOT_KEEP_CHECKPOINT LAUNCH_CHECKED; do
     is_true "${!name}" || true
 done
+awk -v h="$SAVE_HOURS" 'BEGIN { exit !(h > 0) }' || die "SAVE_HOURS must be > 0, got $SAVE_HOURS"
+case "$KEEP_CHECKPOINTS" in
+    latest | all) ;;
+    *) die "KEEP_CHECKPOINTS must be latest or all, got '$KEEP_CHECKPOINTS'" ;;
+esac
+case "$RAY_AUTH" in
+    auto | on | off) ;;
+    *) die "RAY_AUTH must be auto, on or off, got '$RAY_AUTH'" ;;
+esac
+if is_true "$MASK_OFFPOLICY_IN_PARTIAL_ROLLOUT" && ! is_true "$PARTIAL_ROLLOUT"; then
+    die "MASK_OFFPOLICY_IN_PARTIAL_ROLLOUT=1 needs PARTIAL_ROLLOUT=1"
+fi
 
 ((NODE_RANK < NUM_NODES)) || die "NODE_RANK ($NODE_RANK) must be < NUM_NODES ($NUM_NODES)"
 TOTAL_GPUS=$((NUM_NODES * GPUS_PER_NODE))
@@ -201,7 +286,8 @@ esac
 # Every node resolves paths on its own and the job runs in another working directory: relative
 # paths would name different files on different nodes.
 for name in SLIME_DIR MEGATRON_DIR STRANDS_SLIME_DIR MODEL_DIR HF_CHECKPOINT REF_LOAD SAVE_DIR DATA_DIR \
-    PROMPT_DATA EVAL_DATA EVAL_CONFIG ROLLOUT_CONFIG RUN_DIR WANDB_API_KEY_FILE; do
+    PROMPT_DATA EVAL_DATA EVAL_CONFIG ROLLOUT_CONFIG RUN_DIR RAY_TEMP_DIR PILOT_DIR PILOT_JSON \
+    RAY_AUTH_TOKEN_FILE WANDB_API_KEY_FILE; do
     value="${!name}"
     [[ -z "$value" || "$value" == /* ]] || die "$name must be an absolute path (the same on every node), got '$value'"
 done
@@ -259,16 +345,39 @@ CLUSTER_ARGS=(
     --colocate
 )
 
-# --load and --save share one directory: a rerun resumes from the last checkpoint, and the first
-# run (no checkpoint there yet) starts from --ref-load (slime loads it when --load holds none, so it
-# stays even without a KL term). Each checkpoint is ~115 GB (weights, fp32 master copy, Adam).
-CKPT_ARGS=(
-    --hf-checkpoint "$HF_CHECKPOINT"
-    --ref-load "$REF_LOAD"
-    --load "$SAVE_DIR"
-    --save "$SAVE_DIR"
-    --save-interval "$SAVE_INTERVAL"
-)
+# A pilot runs PILOT_STEPS steps of the same job with eval off, into its own checkpoint folder (so
+# it never resumes, or overwrites, the run's checkpoints), and saves halfway so the save is timed.
+if is_true "$PILOT"; then
+    JOB_STEPS="$PILOT_STEPS"
+    EVAL_INTERVAL=0
+    CHECKPOINT_DIR="$PILOT_DIR/checkpoint"
+    TENSORBOARD_DIR="$PILOT_DIR/tensorboard"
+else
+    JOB_STEPS="$NUM_ROLLOUT"
+    CHECKPOINT_DIR="$SAVE_DIR"
+    TENSORBOARD_DIR="$SAVE_DIR/tensorboard"
+fi
+
+# --load and --save share one directory: a rerun (or the supervisor's restart after a crash)
+# resumes from the last checkpoint, and the first run (no checkpoint there yet) starts from
+# --ref-load (slime loads it when --load holds none, so it stays even without a KL term). Each
+# checkpoint is ~115 GB (weights, fp32 master copy, Adam). Built once SAVE_INTERVAL is known (checks).
+checkpoint_args() {
+    CKPT_ARGS=(
+        --hf-checkpoint "$HF_CHECKPOINT"
+        --ref-load "$REF_LOAD"
+        --load "$CHECKPOINT_DIR"
+        --save "$CHECKPOINT_DIR"
+        --save-interval "$SAVE_INTERVAL"
+    )
+    # Megatron deletes the previous checkpoint once the next is written, unless its iteration is a
+    # multiple of this (it must be a multiple of --save-interval). slime saves iteration
+    # rollout_id = k * SAVE_INTERVAL - 1, never such a multiple (for SAVE_INTERVAL > 1), so only the
+    # latest stays; one interval past the run's end makes that hold for SAVE_INTERVAL 1 too.
+    if [[ "$KEEP_CHECKPOINTS" == latest ]]; then
+        CKPT_ARGS+=(--save-retain-interval "$(((JOB_STEPS / SAVE_INTERVAL + 1) * SAVE_INTERVAL))")
+    fi
+}
 
 # Prompts stay chat-message lists (no --apply-chat-template): the agent applies the template itself.
 ROLLOUT_ARGS=(
@@ -276,7 +385,7 @@ ROLLOUT_ARGS=(
     --input-key prompt
     --label-key label
     --rollout-shuffle
-    --num-rollout "$NUM_ROLLOUT"
+    --num-rollout "$JOB_STEPS"
     --rollout-batch-size "$ROLLOUT_BATCH_SIZE"
     --n-samples-per-prompt "$N_SAMPLES_PER_PROMPT"
     --rollout-max-response-len "$MAX_RESPONSE_LEN"
@@ -292,6 +401,17 @@ if is_true "$DYNAMIC_SAMPLING"; then
     ROLLOUT_ARGS+=(--dynamic-sampling-filter-path strands_slime.rollout.filters.drop_infra_failures_and_zero_std)
 else
     ROLLOUT_ARGS+=(--dynamic-sampling-filter-path strands_slime.rollout.filters.drop_groups_with_infra_failures)
+fi
+# Once ROLLOUT_BATCH_SIZE groups passed, slime aborts the groups still running: the slowest, i.e.
+# the longest episodes and the hardest problems. Thrown away, every step would train on what
+# finishes first. With --partial-rollout they go back into the data buffer and our generate resumes
+# each aborted episode where it stopped (docs/rollout.md), so hard problems are delayed a step,
+# not dropped. rollout/strands/step/aborted and .../resumed count them every step.
+if is_true "$PARTIAL_ROLLOUT"; then
+    ROLLOUT_ARGS+=(--partial-rollout)
+    if is_true "$MASK_OFFPOLICY_IN_PARTIAL_ROLLOUT"; then
+        ROLLOUT_ARGS+=(--mask-offpolicy-in-partial-rollout)
+    fi
 fi
 
 # With EVAL_CONFIG, slime reads each dataset's sampling settings from the file; the file's
@@ -364,14 +484,15 @@ fi
 # its prefix in cache; min_load places new episodes on the least-loaded engine. (slime's docs name
 # consistent_hashing, which the public sglang-router 0.3.2 argument parser rejects; see
 # docs/training.md.)
+ROUTER_ARGS=(--router-policy "$ROUTER_POLICY")
+if [[ "$ROUTER_POLICY" == manual ]]; then
+    ROUTER_ARGS+=(--router-assignment-mode "$ROUTER_ASSIGNMENT_MODE")
+fi
 SGLANG_ARGS=(
     --rollout-num-gpus-per-engine "$ROLLOUT_GPUS_PER_ENGINE"
     --sglang-mem-fraction-static "$SGLANG_MEM_FRACTION"
-    --router-policy "$ROUTER_POLICY"
+    "${ROUTER_ARGS[@]}"
 )
-if [[ "$ROUTER_POLICY" == manual ]]; then
-    SGLANG_ARGS+=(--router-assignment-mode "$ROUTER_ASSIGNMENT_MODE")
-fi
 
 MISC_ARGS=(
     --attention-dropout 0.0
@@ -381,13 +502,21 @@ MISC_ARGS=(
     --attention-backend flash
 )
 
+# The sample hook counts every episode of a step (also those of dropped and aborted groups); the
+# rollout log function logs them with the kept groups' metrics (rollout/strands/step/*).
 CUSTOM_ARGS=(
     --custom-generate-function-path strands_slime.generate
     --custom-rm-path strands_slime.reward_func
+    --rollout-sample-hook-path strands_slime.rollout.metrics.count_episode
     --custom-rollout-log-function-path strands_slime.rollout.metrics.log_rollout
     --custom-eval-rollout-log-function-path strands_slime.rollout.metrics.log_eval_rollout
     --custom-config-path "$ROLLOUT_CONFIG"
 )
+
+# Every metric also goes to TensorBoard files under SAVE_DIR (TENSORBOARD_DIR in the runtime env): a
+# record on the run's own storage, and the only place slime logs train/* (the pilot reads the
+# logprob gap there). slime's rollout health monitor restarts an SGLang engine that stops answering.
+MISC_ARGS+=(--use-tensorboard --use-fault-tolerance)
 
 # ---------------------------------------------------------------- checks on every node
 # last_line TEXT: a helper's verdict (its last line, without its own "error: ") for a one-line die.
@@ -428,42 +557,121 @@ if ((EVAL_INTERVAL > 0)); then
     EVAL_ARGS+=(--n-samples-per-eval-prompt "$N_SAMPLES_PER_EVAL_PROMPT" --eval-max-response-len "$EVAL_MAX_RESPONSE_LEN")
 fi
 
-# Disk for checkpoints: refuse when not even one fits, warn when the whole run's do not (Megatron
-# keeps every checkpoint it saves).
-existing="$SAVE_DIR"
-while [[ ! -d "$existing" && "$existing" != / ]]; do existing=$(dirname -- "$existing"); done
-free_kb=$(df -Pk -- "$existing" 2>/dev/null | awk 'NR == 2 { print $4 }') || free_kb=""
-free_gb=$((${free_kb:-0} / 1024 / 1024))
-checkpoints=$((NUM_ROLLOUT / SAVE_INTERVAL))
-if ! [[ "$free_kb" =~ ^[0-9]+$ ]]; then
-    log "note: cannot read the free space under $existing; SAVE_DIR needs ~${CHECKPOINT_GB} GB per checkpoint"
-elif ((free_gb < CHECKPOINT_GB)); then
-    _check_failed "SAVE_DIR ($SAVE_DIR) has ${free_gb} GB free, less than one ${CHECKPOINT_GB} GB checkpoint"
-elif ((free_gb < checkpoints * CHECKPOINT_GB)); then
-    log "note: $checkpoints checkpoints of ~${CHECKPOINT_GB} GB need $((checkpoints * CHECKPOINT_GB)) GB; SAVE_DIR has ${free_gb} GB free: delete old iter_* folders as it runs, or raise SAVE_INTERVAL"
+# Settings that decide a step's time: a pilot.json measured under others does not size this run.
+PILOT_SETTINGS=(
+    "NUM_NODES=$NUM_NODES" "GPUS_PER_NODE=$GPUS_PER_NODE" "ROLLOUT_BATCH_SIZE=$ROLLOUT_BATCH_SIZE"
+    "OVER_SAMPLING_BATCH_SIZE=$OVER_SAMPLING_BATCH_SIZE" "N_SAMPLES_PER_PROMPT=$N_SAMPLES_PER_PROMPT"
+    "GLOBAL_BATCH_SIZE=$GLOBAL_BATCH_SIZE" "MAX_RESPONSE_LEN=$MAX_RESPONSE_LEN" "TP_SIZE=$TP_SIZE"
+    "ROLLOUT_GPUS_PER_ENGINE=$ROLLOUT_GPUS_PER_ENGINE" "MAX_TOKENS_PER_GPU=$MAX_TOKENS_PER_GPU"
+    "SGLANG_MEM_FRACTION=$SGLANG_MEM_FRACTION" "PARTIAL_ROLLOUT=$PARTIAL_ROLLOUT"
+    "DYNAMIC_SAMPLING=$DYNAMIC_SAMPLING" "OFF_POLICY_CORRECTION=$OFF_POLICY_CORRECTION"
+)
+strands_python() {
+    PYTHONPATH="$STRANDS_SLIME_DIR${PYTHONPATH:+:$PYTHONPATH}" python3 "$@"
+}
+
+# Checkpoint cadence: at most SAVE_HOURS of steps between saves, from the pilot's p90 step time.
+if is_true "$PILOT"; then
+    SAVE_INTERVAL=$((PILOT_STEPS / 2))
+elif [[ -n "$SAVE_INTERVAL" ]]; then
+    log "checkpoints every $SAVE_INTERVAL steps (SAVE_INTERVAL)"
+elif [[ -f "$PILOT_JSON" ]]; then
+    if interval=$(strands_python -m strands_slime.launch.pilot save-interval "$PILOT_JSON" --hours "$SAVE_HOURS" \
+        --num-rollout "$NUM_ROLLOUT" "${PILOT_SETTINGS[@]/#/--setting=}" 2>&1); then
+        read -r SAVE_INTERVAL step_p90 <<<"$interval"
+        log "checkpoints every $SAVE_INTERVAL steps: $SAVE_HOURS h at the pilot's p90 step time of ${step_p90} s ($PILOT_JSON)"
+    else
+        _check_failed "PILOT_JSON: $(last_line "$interval") (or set SAVE_INTERVAL)"
+        SAVE_INTERVAL=1
+    fi
+elif [[ -n "$STEP_MINUTES" ]]; then
+    SAVE_INTERVAL=$(awk -v h="$SAVE_HOURS" -v m="$STEP_MINUTES" 'BEGIN { n = int(h * 60 / m); print (n < 1 ? 1 : n) }')
+    log "checkpoints every $SAVE_INTERVAL steps: $SAVE_HOURS h at STEP_MINUTES=$STEP_MINUTES (an estimate; --pilot measures it)"
+else
+    _check_failed "no step time to size checkpoints by ($SAVE_HOURS h of steps at most): run --pilot first (it writes $PILOT_JSON), or set STEP_MINUTES (your estimate) or SAVE_INTERVAL"
+    dry_run && log "note (dry run): the command below saves every step in place of a sized SAVE_INTERVAL"
+    SAVE_INTERVAL=1
+fi
+((SAVE_INTERVAL <= JOB_STEPS)) || SAVE_INTERVAL="$JOB_STEPS"
+checkpoint_args
+
+# free_gb PATH: GB free on the filesystem that holds PATH (its nearest existing folder); empty if unknown.
+free_gb() {
+    local existing="$1" kb
+    while [[ ! -d "$existing" && "$existing" != / ]]; do existing=$(dirname -- "$existing"); done
+    kb=$(df -Pk -- "$existing" 2>/dev/null | awk 'NR == 2 { print $4 }') || kb=""
+    [[ "$kb" =~ ^[0-9]+$ ]] && printf '%s' "$((kb / 1024 / 1024))"
+}
+
+# require_room WHAT PATH GB WHY: a failed check (or, for WHAT starting with "note:", a note) below GB.
+require_room() {
+    local what="$1" path="$2" need="$3" why="$4" free
+    free=$(free_gb "$path" || true)
+    if [[ -z "$free" ]]; then
+        log "note: cannot read the free space under $path; $what needs ~$need GB ($why)"
+    elif ((free < need)); then
+        if [[ "$what" == note:* ]]; then
+            log "note: ${what#note: } ($path) has $free GB free, less than $need GB ($why)"
+        else
+            _check_failed "$what ($path) has $free GB free, less than $need GB ($why)"
+        fi
+    fi
+}
+
+# Megatron writes the next checkpoint before it deletes the previous one: two at once.
+if [[ "$KEEP_CHECKPOINTS" == latest ]]; then
+    kept=2
+    why="two ${CHECKPOINT_GB} GB checkpoints at once: the next is written before the previous goes"
+else
+    kept=$(((JOB_STEPS + SAVE_INTERVAL - 1) / SAVE_INTERVAL))
+    why="KEEP_CHECKPOINTS=all: $kept checkpoints of ${CHECKPOINT_GB} GB; KEEP_CHECKPOINTS=latest needs two"
+fi
+if is_true "$PILOT"; then
+    require_room "PILOT_DIR" "$PILOT_DIR" "$((kept * CHECKPOINT_GB))" "the pilot's own checkpoint: $why"
+else
+    require_room "SAVE_DIR" "$SAVE_DIR" "$((kept * CHECKPOINT_GB))" "$why"
+fi
+require_room "RUN_DIR" "$RUN_DIR" 1 "logs and run state"
+require_room "note: RAY_TEMP_DIR" "$RAY_TEMP_DIR" 20 "Ray's session logs and object spilling"
+if ((${#RAY_TEMP_DIR} > 40)); then
+    log "note: RAY_TEMP_DIR ($RAY_TEMP_DIR) is ${#RAY_TEMP_DIR} characters: Ray's socket paths under it may pass the 107-byte limit; keep it under 40"
 fi
 finish_checks
 
-# The package's own validator: a misspelled key stops the launch, not the job an hour later.
-if [[ -f "$ROLLOUT_CONFIG" && -d "$STRANDS_SLIME_DIR/strands_slime" ]]; then
-    verdict=$(PYTHONPATH="$STRANDS_SLIME_DIR${PYTHONPATH:+:$PYTHONPATH}" \
-        python3 -m strands_slime.config "$ROLLOUT_CONFIG" 2>&1) || die "ROLLOUT_CONFIG: $(last_line "$verdict")"
+# The package's own validator: a misspelled key stops the launch, not the job an hour later. The
+# detached launcher skips what its parent checked a moment ago (importing math-verify takes seconds).
+if [[ -f "$ROLLOUT_CONFIG" && -d "$STRANDS_SLIME_DIR/strands_slime" ]] && ! is_true "$LAUNCH_CHECKED"; then
+    verdict=$(strands_python -m strands_slime.config "$ROLLOUT_CONFIG" 2>&1) || die "ROLLOUT_CONFIG: $(last_line "$verdict")"
     log "$verdict"
-    # Without the package the reward silently falls back to string and number checks. A real run
-    # imports it (a broken install fails too); a dry run only looks for it (importing sympy is slow).
-    if ! PYTHONPATH="$STRANDS_SLIME_DIR${PYTHONPATH:+:$PYTHONPATH}" python3 -c '
+    # DAPO's overlong punishment counts back from the episode budget: a buffer as long as the budget
+    # punishes every response for its length. Without math-verify the reward silently falls back to
+    # string and number checks: a real run imports it (a broken install fails too), a dry run only
+    # looks for it (importing sympy is slow). One interpreter for both.
+    status=0
+    verdict=$(strands_python -c '
 import importlib, importlib.util, sys
 from strands_slime.config import load_config
-if load_config(sys.argv[1]).reward.math_verify:
+reward = load_config(sys.argv[1]).reward
+buffer = reward.overlong_buffer_tokens
+if buffer is not None and buffer * 2 > int(sys.argv[3]):
+    print(f"reward.overlong_buffer_tokens ({buffer}) must be at most half of MAX_RESPONSE_LEN ({sys.argv[3]})")
+    sys.exit(3)
+if reward.math_verify:
     if sys.argv[2] == "1":
-        sys.exit(importlib.util.find_spec("math_verify") is None)
-    importlib.import_module("math_verify")
-' "$ROLLOUT_CONFIG" "$(dry_run && echo 1 || echo 0)" 2>/dev/null; then
+        sys.exit(4 if importlib.util.find_spec("math_verify") is None else 0)
+    try:
+        importlib.import_module("math_verify")
+    except Exception:
+        sys.exit(4)
+' "$ROLLOUT_CONFIG" "$(dry_run && echo 1 || echo 0)" "$MAX_RESPONSE_LEN" 2>&1) || status=$?
+    if ((status == 4)); then
         problem="ROLLOUT_CONFIG enables reward.math_verify but the math-verify package is not installed on this node: pip install 'math-verify>=0.7' (or set math_verify: false)"
         if dry_run; then log "note (dry run, not fatal): $problem"; else die "$problem"; fi
+    elif ((status != 0)); then
+        die "ROLLOUT_CONFIG: $(last_line "$verdict")"
     fi
 fi
-if ! dry_run; then
+if ! dry_run && ! is_true "$LAUNCH_CHECKED"; then
     python3 "$SCRIPT_DIR/lib/check_hf_config.py" "$HF_CHECKPOINT" -- "${MODEL_ARGS[@]}" ||
         die "HF_CHECKPOINT does not hold Qwen3-8B"
 fi
@@ -486,20 +694,37 @@ TRAIN_CMD=(
 )
 
 # ---------------------------------------------------------------- processes this launch owns
-# RUN_DIR (node-local) records the PIDs this launch started: the launcher itself and its
-# `ray start --block` process, whose SIGTERM handler stops exactly the Ray processes of that node.
-# Nothing else on the machine is ever signalled.
-LAUNCHER_PID_FILE="$RUN_DIR/launcher.pid"
-RAY_PID_FILE="$RUN_DIR/ray-node.pid"
-LOG_FILE="$RUN_DIR/launch-node$NODE_RANK.log"
-RAY_LOG_FILE="$RUN_DIR/ray-node.log"
-RAY_TEMP_DIR="$RUN_DIR/ray"
+# NODE_DIR ($RUN_DIR/node<rank>) holds this node's logs and, on rank 0, the run's state, and records
+# the PIDs this launch started: the launcher itself, its `ray start --block` process, whose SIGTERM
+# handler stops exactly the Ray processes of that node, and a pilot's GPU sampler. Nothing else on
+# the machine is ever signalled.
+LAUNCHER_PID_FILE="$NODE_DIR/launcher.pid"
+RAY_PID_FILE="$NODE_DIR/ray-node.pid"
+SAMPLER_PID_FILE="$NODE_DIR/gpu-sampler.pid"
+LOG_FILE="$NODE_DIR/launch.log"
+RAY_LOG_FILE="$NODE_DIR/ray-node.log"
+STATE_FILE="$NODE_DIR/state.json"
 HEAD_MARKER="$SAVE_DIR/.strands-slime-head"
 RAY_NODE_PID=""
 SUBMIT_PID=""
+SAMPLER_PID=""
 JOB_ID=""
 JOB_DONE=0
 RUNTIME_ENV_FILE=""
+RAY_VERSION=""
+ATTEMPT=0
+RESTARTS=0
+LAST_STATUS=""
+STOP_REASON=""
+
+# Ray's ports, pinned so that the network rule can name them (docs/training.md, "Exposure"); derived
+# from RAY_PORT so that two clusters on one machine (different RAY_PORTs) do not collide.
+RAY_NODE_PORT_ARGS=(
+    --node-manager-port "$((RAY_PORT + 1))" --object-manager-port "$((RAY_PORT + 2))"
+    --runtime-env-agent-port "$((RAY_PORT + 3))" --dashboard-agent-grpc-port "$((RAY_PORT + 4))"
+    --metrics-export-port "$((RAY_PORT + 5))" --dashboard-agent-listen-port "$((RAY_PORT + 6))"
+    --min-worker-port 10002 --max-worker-port 19999
+)
 
 # pid_alive PID PATTERN: PID runs and its command line contains PATTERN (guards against PID reuse;
 # a zombie has an empty command line and counts as gone).
@@ -532,7 +757,7 @@ recorded_pid() {
     printf '%s' "$pid"
 }
 
-# Refuse (or, with KILL_STALE=1 and stop=1, stop) what an earlier launch from RUN_DIR left running.
+# Refuse (or, with KILL_STALE=1 and stop=1, stop) what an earlier launch from NODE_DIR left running.
 check_previous_launch() {
     local stop="$1" launcher ray_node
     launcher=$(recorded_pid "$LAUNCHER_PID_FILE")
@@ -552,8 +777,38 @@ check_previous_launch() {
     return 0
 }
 
+# latest_checkpoint: the iteration Megatron last completed in CHECKPOINT_DIR, or "none".
+latest_checkpoint() {
+    local iteration=""
+    [[ -f "$CHECKPOINT_DIR/latest_checkpointed_iteration.txt" ]] &&
+        read -r iteration <"$CHECKPOINT_DIR/latest_checkpointed_iteration.txt"
+    printf '%s' "${iteration:-none}"
+}
+
+# write_state STATUS: the run's state as JSON in STATE_FILE (rank 0), replaced atomically.
+write_state() {
+    ((NODE_RANK == 0)) && ! dry_run || return 0
+    local tmp="$STATE_FILE.tmp"
+    python3 -c '
+import json, sys, time
+keys = ("status", "stop_reason", "pilot", "attempt", "restarts", "max_restarts", "job_id",
+        "last_exit_status", "latest_checkpoint", "checkpoint_dir", "save_interval")
+state = dict(zip(keys, sys.argv[1:]))
+for key in ("attempt", "restarts", "max_restarts", "save_interval"):
+    state[key] = int(state[key])
+state["pilot"] = state["pilot"] == "1"
+state["last_exit_status"] = int(state["last_exit_status"]) if state["last_exit_status"] else None
+state["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+print(json.dumps(state, indent=2))
+' "$1" "$STOP_REASON" "$(is_true "$PILOT" && echo 1 || echo 0)" "$ATTEMPT" "$RESTARTS" "$MAX_RESTARTS" \
+        "$JOB_ID" "$LAST_STATUS" "$(latest_checkpoint)" "$CHECKPOINT_DIR" "$SAVE_INTERVAL" >"$tmp" &&
+        mv -f -- "$tmp" "$STATE_FILE"
+}
+
+# shellcheck disable=SC2329  # run by the EXIT trap
 cleanup() {
     local status=$?
+    set +e # every step of the clean-up runs, whatever an earlier one returned
     trap - EXIT HUP INT TERM
     if [[ -n "$JOB_ID" ]] && ((JOB_DONE == 0)); then
         log "stopping Ray job $JOB_ID"
@@ -561,6 +816,22 @@ cleanup() {
     fi
     if [[ -n "$SUBMIT_PID" ]]; then
         stop_pid "$SUBMIT_PID" "job submit" "ray job submit"
+    fi
+    if [[ -n "$SAMPLER_PID" ]]; then
+        stop_pid "$SAMPLER_PID" "gpu_sampler" "the GPU sampler"
+        rm -f -- "$SAMPLER_PID_FILE"
+    fi
+    if ((NODE_RANK == 0)); then
+        if [[ -z "$STOP_REASON" ]]; then
+            STOP_REASON="the launcher stopped (exit status $status)"
+            if ((status > 128)); then
+                STOP_REASON="the launcher stopped by signal $((status - 128)) (exit status $status)"
+            fi
+            write_state stopped || true
+        fi
+        if ((NUM_NODES > 1)) && [[ -f "$HEAD_MARKER" ]]; then
+            write_head_marker ended || true
+        fi
     fi
     if [[ -n "$RAY_NODE_PID" ]]; then
         if is_true "$KEEP_RAY"; then
@@ -593,6 +864,71 @@ nap() {
 
 ray_is_up() {
     ray status --address "$MASTER_ADDR:$RAY_PORT" >/dev/null 2>&1
+}
+
+# version_at_least VERSION MINIMUM
+version_at_least() {
+    [[ "$(printf '%s\n%s\n' "$2" "$1" | sort -V | head -n 1)" == "$2" ]]
+}
+
+# Ray token authentication (Ray >= 2.52): every Ray process, CLI call and API client of the cluster
+# must present the token. decide_ray_auth (before detaching, so a refusal reaches the terminal) reads
+# the installed Ray's version; setup_ray_auth then has the head write the token once into SAVE_DIR
+# (mode 600; every node shares SAVE_DIR). RAY_AUTH_MODE and RAY_AUTH_TOKEN_PATH reach this node's Ray
+# processes through the environment of `ray start`, like the W&B key, and are scrubbed from the
+# sandbox's environment.
+RAY_AUTH_ENABLED=0
+decide_ray_auth() {
+    RAY_VERSION=$(ray --version 2>/dev/null | grep -oE '[0-9]+\.[0-9]+\.[0-9]+' | head -n 1 || true)
+    local supported=0
+    if [[ -n "$RAY_VERSION" ]] && version_at_least "$RAY_VERSION" 2.52.0; then supported=1; fi
+    if [[ "$RAY_AUTH" == off ]] || { [[ "$RAY_AUTH" == auto ]] && ((supported == 0)); }; then
+        log "note: Ray token authentication is off (RAY_AUTH=$RAY_AUTH, Ray ${RAY_VERSION:-unknown}; it needs 2.52+): anyone who reaches the cluster's ports can run code on it; see docs/training.md, Exposure"
+        return 0
+    fi
+    ((supported)) || die "RAY_AUTH=on needs Ray 2.52 or newer for token authentication; this node has Ray ${RAY_VERSION:-unknown}"
+    RAY_AUTH_ENABLED=1
+}
+
+setup_ray_auth() {
+    ((RAY_AUTH_ENABLED)) || return 0
+    if dry_run; then
+        printf '# Ray token authentication: on (Ray %s); token in %s (mode 600, written by the head)\n' \
+            "$RAY_VERSION" "$RAY_AUTH_TOKEN_FILE"
+        return 0
+    fi
+    if [[ ! -s "$RAY_AUTH_TOKEN_FILE" ]]; then
+        if ((NODE_RANK > 0)); then
+            die "RAY_AUTH_TOKEN_FILE ($RAY_AUTH_TOKEN_FILE) is missing: the head writes it into SAVE_DIR, which every node must share"
+        fi
+        mkdir -p -- "$(dirname -- "$RAY_AUTH_TOKEN_FILE")"
+        (umask 077 && python3 -c 'import secrets; print(secrets.token_urlsafe(32))' >"$RAY_AUTH_TOKEN_FILE")
+    fi
+    local mode
+    mode=$(stat -c %a -- "$RAY_AUTH_TOKEN_FILE")
+    (((8#$mode & 8#077) == 0)) ||
+        die "RAY_AUTH_TOKEN_FILE ($RAY_AUTH_TOKEN_FILE) is readable by others (mode $mode); chmod 600 it"
+    export RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH="$RAY_AUTH_TOKEN_FILE"
+    log "Ray token authentication on (Ray $RAY_VERSION, token in $RAY_AUTH_TOKEN_FILE)"
+}
+
+# run_preflight [--ray-version V] [--wandb-key-required]: this node's GPUs, Ray, W&B key, the
+# installed router's acceptance of our router options and writable shared folders.
+run_preflight() {
+    local args=(--gpus "$GPUS_PER_NODE" "$@") token
+    for token in "${ROUTER_ARGS[@]}"; do args+=("--router-arg=$token"); done
+    if dry_run; then # a dry run creates no folder
+        strands_python -m strands_slime.launch.preflight "${args[@]}" --notes-only >/dev/null || true
+        return 0
+    fi
+    args+=(--writable "$SAVE_DIR" --writable "$RUN_DIR")
+    is_true "$PILOT" && args+=(--writable "$PILOT_DIR")
+    local verdict
+    verdict=$(strands_python -m strands_slime.launch.preflight "${args[@]}" 2>&1) || {
+        printf '%s\n' "$verdict" | sed 's/^preflight error: /  - /' >&2
+        die "preflight failed on rank $NODE_RANK ($NODE_IP): see the lines above"
+    }
+    log "$verdict"
 }
 
 # Wait until NUM_NODES nodes with GPUS_PER_NODE GPUs each have joined the cluster.
@@ -629,6 +965,7 @@ runtime_env_json() {
         PYTHONUNBUFFERED 1
         STRANDS_SLIME_CONFIG "$ROLLOUT_CONFIG"
         DATA_DIR "$DATA_DIR"
+        TENSORBOARD_DIR "$TENSORBOARD_DIR"
     )
     local name
     for name in "${RUNTIME_ENV_PASSTHROUGH[@]}"; do
@@ -642,7 +979,7 @@ runtime_env_json() {
 # start_ray_node ARGS...: `ray start ARGS --block` in its own session (terminal signals reach only
 # this launcher, which decides what stops), recorded in RAY_PID_FILE.
 start_ray_node() {
-    local cmd=(ray start "$@" --block)
+    local cmd=(ray start "$@" "${RAY_NODE_PORT_ARGS[@]}" --block)
     if dry_run; then
         print_cmd "${cmd[@]}"
         return
@@ -652,6 +989,12 @@ start_ray_node() {
     setsid "${cmd[@]}" </dev/null >>"$RAY_LOG_FILE" 2>&1 &
     RAY_NODE_PID=$!
     printf '%s\n' "$RAY_NODE_PID" >"$RAY_PID_FILE"
+}
+
+start_head() {
+    start_ray_node --head --node-ip-address "$NODE_IP" --port "$RAY_PORT" --temp-dir "$RAY_TEMP_DIR" \
+        --num-gpus "$GPUS_PER_NODE" --disable-usage-stats --ray-client-server-port "$((RAY_PORT + 7))" \
+        --dashboard-host "$RAY_DASHBOARD_HOST" --dashboard-port "$RAY_DASHBOARD_PORT"
 }
 
 # wait_until_head_is_up WHAT: poll the head until it answers; give up if our own `ray start` died.
@@ -669,33 +1012,67 @@ wait_until_head_is_up() {
 }
 
 # SAVE_DIR must be one directory for every node (Megatron's ranks write their shards of a
-# checkpoint from every node). The head writes a marker naming itself and the time; a worker that
-# does not see a fresh marker for the same head is looking at a different filesystem.
+# checkpoint from every node). The head writes a marker naming itself, the time, whether its run
+# goes on, its Ray version and whether it logs to W&B; a worker that does not see a fresh marker for
+# the same head is looking at a different filesystem, and checks its own Ray and W&B key against it.
 write_head_marker() {
     if dry_run; then
         printf '# SAVE_DIR check: write %s for the workers to find\n' "$HEAD_MARKER"
         return
     fi
     mkdir -p -- "$SAVE_DIR"
-    printf '%s:%s %s\n' "$MASTER_ADDR" "$RAY_PORT" "$(date +%s)" >"$HEAD_MARKER"
+    printf '%s:%s %s %s %s %s\n' "$MASTER_ADDR" "$RAY_PORT" "$(date +%s)" "$1" "${RAY_VERSION:-unknown}" \
+        "$([[ -n "$WANDB_API_KEY" ]] && echo 1 || echo 0)" >"$HEAD_MARKER.tmp"
+    mv -f -- "$HEAD_MARKER.tmp" "$HEAD_MARKER"
 }
 
-check_shared_save_dir() {
+# read_head_marker: HEAD_STATE, HEAD_RAY_VERSION, HEAD_HAS_WANDB from the marker (empty if none).
+read_head_marker() {
+    HEAD_ADDRESS="" HEAD_WRITTEN=0 HEAD_STATE="" HEAD_RAY_VERSION="" HEAD_HAS_WANDB=0
+    [[ -f "$HEAD_MARKER" ]] || return 0
+    read -r HEAD_ADDRESS HEAD_WRITTEN HEAD_STATE HEAD_RAY_VERSION HEAD_HAS_WANDB <"$HEAD_MARKER" || true
+    [[ "$HEAD_WRITTEN" =~ ^[0-9]+$ ]] || HEAD_WRITTEN=0
+}
+
+# wait_for_head_marker: a fresh marker of this run's head, whose run goes on, appears in SAVE_DIR
+# within RAY_WAIT_TIMEOUT (the head writes it before it starts Ray, and before its auth token).
+wait_for_head_marker() {
     if dry_run; then
-        printf '# SAVE_DIR check: %s must exist here, written by the head within RAY_WAIT_TIMEOUT\n' "$HEAD_MARKER"
+        printf '# SAVE_DIR check: %s must appear here, written by the head within RAY_WAIT_TIMEOUT\n' "$HEAD_MARKER"
         return
     fi
-    local head="" written=0 now
-    [[ -f "$HEAD_MARKER" ]] && read -r head written <"$HEAD_MARKER"
-    now=$(date +%s)
-    if [[ "$head" != "$MASTER_ADDR:$RAY_PORT" ]] || ! [[ "$written" =~ ^[0-9]+$ ]] ||
-        ((now - written > RAY_WAIT_TIMEOUT + 60)); then
-        die "SAVE_DIR ($SAVE_DIR) is not shared with the head: no fresh $HEAD_MARKER from $MASTER_ADDR:$RAY_PORT here; put SAVE_DIR on a filesystem every node mounts at the same path"
+    local deadline=$((SECONDS + RAY_WAIT_TIMEOUT))
+    while :; do
+        read_head_marker
+        if [[ "$HEAD_ADDRESS" == "$MASTER_ADDR:$RAY_PORT" && "$HEAD_STATE" == running ]] &&
+            (($(date +%s) - HEAD_WRITTEN <= RAY_WAIT_TIMEOUT + 60)); then
+            return 0
+        fi
+        ((SECONDS < deadline)) ||
+            die "SAVE_DIR ($SAVE_DIR) is not shared with the head: no fresh $HEAD_MARKER from $MASTER_ADDR:$RAY_PORT here within ${RAY_WAIT_TIMEOUT}s (start rank 0 too); put SAVE_DIR on a filesystem every node mounts at the same path"
+        log "waiting for the head's marker $HEAD_MARKER"
+        nap "$(poll_delay "$deadline" "$RAY_POLL_INTERVAL")"
+    done
+}
+
+# start_gpu_sampler: a pilot's nvidia-smi sampling on this node, into the shared PILOT_DIR.
+start_gpu_sampler() {
+    local cmd=(python3 -m strands_slime.launch.gpu_sampler --out "$PILOT_DIR/gpu-node$NODE_RANK.jsonl"
+        --node "$NODE_RANK" --interval 2)
+    if dry_run; then
+        print_cmd "${cmd[@]}"
+        return
     fi
+    mkdir -p -- "$PILOT_DIR"
+    PYTHONPATH="$STRANDS_SLIME_DIR${PYTHONPATH:+:$PYTHONPATH}" setsid "${cmd[@]}" </dev/null \
+        >>"$NODE_DIR/gpu-sampler.log" 2>&1 &
+    SAMPLER_PID=$!
+    printf '%s\n' "$SAMPLER_PID" >"$SAMPLER_PID_FILE"
 }
 
 submit_job() {
-    JOB_ID="strands-qwen3-8b-$(date +%Y%m%d-%H%M%S)-$$"
+    JOB_ID="strands-qwen3-8b-$(date +%Y%m%d-%H%M%S)-$$-$ATTEMPT"
+    JOB_DONE=0
     local submit=(ray job submit --address "http://127.0.0.1:$RAY_DASHBOARD_PORT" --submission-id "$JOB_ID")
     if dry_run; then
         printf '# runtime-env (written to a private file in RUN_DIR):\n'
@@ -704,9 +1081,9 @@ submit_job() {
         JOB_ID=""
         return
     fi
-    RUNTIME_ENV_FILE=$(mktemp "$RUN_DIR/runtime-env.XXXXXX")
+    RUNTIME_ENV_FILE=$(mktemp "$NODE_DIR/runtime-env.XXXXXX")
     runtime_env_json >"$RUNTIME_ENV_FILE"
-    log "submitting $JOB_ID (dashboard: http://$RAY_DASHBOARD_HOST:$RAY_DASHBOARD_PORT)"
+    log "submitting $JOB_ID (attempt $ATTEMPT; dashboard: http://$RAY_DASHBOARD_HOST:$RAY_DASHBOARD_PORT)"
     print_cmd "${submit[@]}" --runtime-env "$RUNTIME_ENV_FILE" -- "${TRAIN_CMD[@]}" >&2
     setsid "${submit[@]}" --runtime-env "$RUNTIME_ENV_FILE" -- "${TRAIN_CMD[@]}" </dev/null &
     SUBMIT_PID=$!
@@ -715,7 +1092,133 @@ submit_job() {
     wait "$SUBMIT_PID" || status=$?
     SUBMIT_PID=""
     JOB_DONE=1
+    rm -f -- "$RUNTIME_ENV_FILE"
+    RUNTIME_ENV_FILE=""
+    # The job's whole log (every node's slime, SGLang and strands_slime lines) next to the run state.
+    timeout "$RAY_STOP_TIMEOUT" ray job logs --address "http://127.0.0.1:$RAY_DASHBOARD_PORT" "$JOB_ID" \
+        >"$NODE_DIR/job-$JOB_ID.log" 2>&1 || log "note: could not save the job's log with ray job logs"
     return "$status"
+}
+
+# ensure_cluster: after a failed attempt, bring back the head this launch started if it died.
+ensure_cluster() {
+    if [[ -n "$RAY_NODE_PID" ]] && pid_alive "$RAY_NODE_PID" "ray start" && ray_is_up; then
+        return 0
+    fi
+    if [[ -z "$RAY_NODE_PID" ]]; then
+        ray_is_up || {
+            STOP_REASON="the Ray cluster this launch submitted to (REUSE_RAY=1) is gone"
+            return 1
+        }
+        return 0
+    fi
+    log "the Ray head this launch started is gone: starting it again"
+    RAY_NODE_PID=""
+    start_head
+    wait_until_head_is_up "ray start did not bring it back"
+    if ((NUM_NODES > 1)); then
+        write_head_marker running
+        wait_for_nodes
+    fi
+}
+
+# run_job: submit the job; after a failure, resume from the latest checkpoint up to MAX_RESTARTS
+# times, waiting RESTART_BACKOFF seconds (doubling, at most RESTART_BACKOFF_MAX) in between. Stops
+# early on a crash loop (MAX_RESTARTS_WITHOUT_PROGRESS failures in a row without a new checkpoint)
+# or when SAVE_DIR cannot hold another checkpoint. The reason goes to STATE_FILE.
+run_job() {
+    local status before stalled=0 delay free
+    while :; do
+        ATTEMPT=$((ATTEMPT + 1))
+        before=$(latest_checkpoint)
+        write_state running
+        status=0
+        submit_job || status=$?
+        LAST_STATUS="$status"
+        if ((status == 0)); then
+            STOP_REASON="the job finished (exit status 0) after $ATTEMPT attempt(s)"
+            write_state finished
+            return 0
+        fi
+        if is_true "$PILOT"; then
+            STOP_REASON="the pilot's job failed (exit status $status); a pilot is not restarted: its log is $NODE_DIR/job-$JOB_ID.log"
+            write_state failed
+            return "$status"
+        fi
+        if [[ "$(latest_checkpoint)" == "$before" ]]; then stalled=$((stalled + 1)); else stalled=0; fi
+        if ((RESTARTS >= MAX_RESTARTS)); then
+            STOP_REASON="gave up: the job failed $ATTEMPT time(s), MAX_RESTARTS=$MAX_RESTARTS; last exit status $status"
+        elif ((stalled > MAX_RESTARTS_WITHOUT_PROGRESS)); then
+            STOP_REASON="gave up: $stalled failures in a row without a new checkpoint (latest: $(latest_checkpoint)), MAX_RESTARTS_WITHOUT_PROGRESS=$MAX_RESTARTS_WITHOUT_PROGRESS; last exit status $status"
+        else
+            free=$(free_gb "$SAVE_DIR" || true)
+            if [[ -n "$free" ]] && ((free < CHECKPOINT_GB)); then
+                STOP_REASON="gave up: SAVE_DIR has $free GB free, less than one ${CHECKPOINT_GB} GB checkpoint; last exit status $status"
+            fi
+        fi
+        if [[ -n "$STOP_REASON" ]]; then
+            log "$STOP_REASON"
+            write_state failed
+            return "$status"
+        fi
+        delay=$((RESTART_BACKOFF << (RESTARTS < 20 ? RESTARTS : 20)))
+        ((delay <= RESTART_BACKOFF_MAX)) || delay="$RESTART_BACKOFF_MAX"
+        RESTARTS=$((RESTARTS + 1))
+        log "the job failed (exit status $status; log $NODE_DIR/job-$JOB_ID.log): restart $RESTARTS/$MAX_RESTARTS in ${delay}s, resuming from checkpoint $(latest_checkpoint)"
+        write_state waiting-to-restart
+        nap "$delay"
+        if ! ensure_cluster; then
+            log "$STOP_REASON"
+            write_state failed
+            return "$status"
+        fi
+    done
+}
+
+# analyze_pilot: measure what the pilot wrote and project the full run (pilot.json, pilot.md).
+analyze_pilot() {
+    local samples=("$PILOT_DIR"/gpu-node*.jsonl) extra=()
+    [[ -n "$GPU_HOUR_PRICE" ]] && extra+=(--gpu-hour-price "$GPU_HOUR_PRICE")
+    local cmd=(python3 -m strands_slime.launch.pilot analyze --log "$NODE_DIR/job-$JOB_ID.log"
+        --out "$PILOT_DIR" --tensorboard "$TENSORBOARD_DIR" --checkpoint-dir "$CHECKPOINT_DIR"
+        --num-rollout "$NUM_ROLLOUT" --gpus "$TOTAL_GPUS" --nodes "$NUM_NODES" --retain "$KEEP_CHECKPOINTS"
+        --checkpoint-gb "$CHECKPOINT_GB" --max-hours-at-risk "$SAVE_HOURS" "${extra[@]}"
+        "${PILOT_SETTINGS[@]/#/--setting=}")
+    if dry_run; then
+        printf '# after the pilot: stop the GPU samplers, then measure and project:\n'
+        print_cmd "${cmd[@]}" --gpu-samples "$PILOT_DIR/gpu-node*.jsonl"
+        return 0
+    fi
+    if [[ -n "$SAMPLER_PID" ]]; then
+        stop_pid "$SAMPLER_PID" "gpu_sampler" "the GPU sampler"
+        SAMPLER_PID=""
+        rm -f -- "$SAMPLER_PID_FILE"
+    fi
+    [[ -e "${samples[0]}" ]] || samples=()
+    local status=0
+    PYTHONPATH="$STRANDS_SLIME_DIR${PYTHONPATH:+:$PYTHONPATH}" "${cmd[@]}" --gpu-samples "${samples[@]}" >&2 ||
+        status=$?
+    if ! is_true "$PILOT_KEEP_CHECKPOINT" && [[ -d "$CHECKPOINT_DIR" ]]; then
+        log "removing the pilot's checkpoint ($CHECKPOINT_DIR; PILOT_KEEP_CHECKPOINT=1 keeps it)"
+        rm -rf -- "$CHECKPOINT_DIR"
+    fi
+    log "pilot report: $PILOT_DIR/pilot.md; the run sizes its checkpoints from $PILOT_JSON"
+    return "$status"
+}
+
+# A pilot starts in a fresh PILOT_DIR; an earlier pilot's folder is kept beside it, renamed.
+fresh_pilot_dir() {
+    if dry_run; then
+        printf '# pilot: %s starts empty (an earlier pilot there is moved to %s.<time>)\n' "$PILOT_DIR" "$PILOT_DIR"
+        return
+    fi
+    if [[ -d "$PILOT_DIR" ]] && [[ -n "$(ls -A -- "$PILOT_DIR")" ]]; then
+        local kept
+        kept="$PILOT_DIR.$(date -r "$PILOT_DIR" +%Y%m%d-%H%M%S)"
+        mv -- "$PILOT_DIR" "$kept"
+        log "the earlier pilot's folder is now $kept"
+    fi
+    mkdir -p -- "$PILOT_DIR"
 }
 
 # ---------------------------------------------------------------- launch
@@ -732,28 +1235,36 @@ fi
 if dry_run; then
     printf '# this node (rank %s): NODE_IP=%s, SLIME_HOST_IP=%s in the environment of ray start%s\n' \
         "$NODE_RANK" "$NODE_IP" "$SLIME_HOST_IP" "${WANDB_API_KEY:+, with WANDB_API_KEY (not printed)}"
+    printf '# run state and logs: %s; Ray temp dir: %s\n' "$NODE_DIR" "$RAY_TEMP_DIR"
 fi
 
 if ! dry_run; then
-    (umask 077 && mkdir -p -- "$RUN_DIR")
-    [[ -O "$RUN_DIR" ]] || die "RUN_DIR ($RUN_DIR) belongs to another user; set RUN_DIR"
+    (umask 077 && mkdir -p -- "$NODE_DIR")
+    [[ -O "$NODE_DIR" ]] || die "RUN_DIR ($NODE_DIR) belongs to another user; set RUN_DIR"
     check_previous_launch 0
 fi
 if ((NODE_RANK == 0)) && ! is_true "$REUSE_RAY" && ! is_true "$KILL_STALE" && ! dry_run && ray_is_up; then
     die "a Ray cluster is already running at $MASTER_ADDR:$RAY_PORT; use another RAY_PORT, or REUSE_RAY=1 to submit to it"
 fi
+# The head checks its own node now; a worker checks itself against the head's marker once it sees
+# it (in the launcher that stays, after detaching).
+if dry_run || { ((NODE_RANK == 0)) && ! is_true "$LAUNCH_CHECKED"; }; then
+    run_preflight
+fi
+decide_ray_auth
 
 if ((FOREGROUND == 0)); then
-    detach=(setsid bash "$SCRIPT_DIR/$SCRIPT_NAME" "${DETACHED_ARGS[@]}")
+    detach=(env LAUNCH_CHECKED=1 setsid bash "$SCRIPT_DIR/$SCRIPT_NAME" "${DETACHED_ARGS[@]}")
     if dry_run; then
         printf -v quoted '%q ' "${detach[@]}"
         printf '# checks passed; the launcher now detaches (a closed terminal does not stop it; --foreground stays attached):\n'
         printf '#   %s> %q\n' "$quoted" "$LOG_FILE"
     else
-        "${detach[@]}" >"$LOG_FILE" 2>&1 </dev/null &
+        "${detach[@]}" >>"$LOG_FILE" 2>&1 </dev/null &
         printf '%s\n' "$!" >"$LAUNCHER_PID_FILE"
         log "checks passed; the launch runs in the background as PID $!, in its own session"
         log "log:  tail -f $LOG_FILE"
+        ((NODE_RANK == 0)) && log "state: $STATE_FILE"
         log "stop: kill -TERM $! (stops the job and the Ray node it started, nothing else)"
         exit 0
     fi
@@ -770,12 +1281,16 @@ if ! dry_run; then
         die "a Ray cluster this launch did not start is running at $MASTER_ADDR:$RAY_PORT; use another RAY_PORT, or REUSE_RAY=1 to submit to it"
     fi
 elif is_true "$KILL_STALE"; then
-    printf '# KILL_STALE=1: first stop the launcher and Ray node recorded in %s, if still running\n' "$RUN_DIR"
+    printf '# KILL_STALE=1: first stop the launcher and Ray node recorded in %s, if still running\n' "$NODE_DIR"
 fi
 
 if ((NODE_RANK == 0)); then
+    setup_ray_auth
+    if is_true "$PILOT"; then
+        fresh_pilot_dir
+    fi
     if ((NUM_NODES > 1)); then
-        write_head_marker
+        write_head_marker running
     fi
     if is_true "$REUSE_RAY" && ! dry_run && ray_is_up; then
         log "REUSE_RAY=1: submitting to the running Ray cluster (it will be left running)"
@@ -783,9 +1298,7 @@ if ((NODE_RANK == 0)); then
             log "REUSE_RAY=1: its Ray processes must already hold WANDB_API_KEY; this launch does not pass it"
         fi
     else
-        start_ray_node --head --node-ip-address "$NODE_IP" --port "$RAY_PORT" --temp-dir "$RAY_TEMP_DIR" \
-            --num-gpus "$GPUS_PER_NODE" --disable-usage-stats \
-            --dashboard-host "$RAY_DASHBOARD_HOST" --dashboard-port "$RAY_DASHBOARD_PORT"
+        start_head
         dry_run || wait_until_head_is_up "ray start did not bring it up"
     fi
     if ((NUM_NODES > 1)); then
@@ -796,26 +1309,68 @@ if ((NODE_RANK == 0)); then
             wait_for_nodes
         fi
     fi
-    if ! dry_run; then
-        mkdir -p -- "$SAVE_DIR"
+    if is_true "$PILOT"; then
+        start_gpu_sampler
     fi
-    submit_job
+    if dry_run; then
+        submit_job
+        is_true "$PILOT" && analyze_pilot
+        exit 0
+    fi
+    mkdir -p -- "$SAVE_DIR"
+    status=0
+    run_job || status=$?
+    if is_true "$PILOT"; then
+        analyze_pilot || status=$((status == 0 ? 1 : status))
+    fi
+    exit "$status"
 else
     log "rank $NODE_RANK of $NUM_NODES ($NODE_IP): joining the Ray head at $MASTER_ADDR:$RAY_PORT as a worker"
     if dry_run; then
-        printf '# wait for the Ray head at %s:%s (up to %ss)\n' "$MASTER_ADDR" "$RAY_PORT" "$RAY_WAIT_TIMEOUT"
-    else
-        wait_until_head_is_up "start rank 0 first"
+        wait_for_head_marker
+        setup_ray_auth
+        printf '# wait for the Ray head at %s:%s (up to %ss), then check this node against the head\n' \
+            "$MASTER_ADDR" "$RAY_PORT" "$RAY_WAIT_TIMEOUT"
+        is_true "$PILOT" && start_gpu_sampler
+        start_ray_node --address "$MASTER_ADDR:$RAY_PORT" --node-ip-address "$NODE_IP" \
+            --num-gpus "$GPUS_PER_NODE" --disable-usage-stats
+        exit 0
     fi
-    check_shared_save_dir
-    start_ray_node --address "$MASTER_ADDR:$RAY_PORT" --node-ip-address "$NODE_IP" \
-        --num-gpus "$GPUS_PER_NODE" --disable-usage-stats
-    if ! dry_run; then
+    # A worker follows the head's run: it rejoins after its node exits while the head's marker says
+    # the run goes on (the head restarted it), and stops when the run is over.
+    joins=0
+    while :; do
+        joins=$((joins + 1))
+        if ((joins == 1)); then
+            wait_for_head_marker
+            setup_ray_auth
+            wait_until_head_is_up "start rank 0 first"
+            preflight_args=()
+            [[ -n "$HEAD_RAY_VERSION" && "$HEAD_RAY_VERSION" != unknown ]] && preflight_args+=(--ray-version "$HEAD_RAY_VERSION")
+            [[ "$HEAD_HAS_WANDB" == 1 ]] && preflight_args+=(--wandb-key-required)
+            run_preflight "${preflight_args[@]}"
+            is_true "$PILOT" && start_gpu_sampler
+        else
+            wait_until_head_is_up "the head did not come back"
+        fi
+        start_ray_node --address "$MASTER_ADDR:$RAY_PORT" --node-ip-address "$NODE_IP" \
+            --num-gpus "$GPUS_PER_NODE" --disable-usage-stats
         status=0
         wait "$RAY_NODE_PID" || status=$?
         RAY_NODE_PID=""
         rm -f -- "$RAY_PID_FILE"
-        log "the Ray node exited (status $status): the head stopped or this node lost it"
-        exit "$status"
-    fi
+        read_head_marker
+        if [[ "$HEAD_STATE" != running ]]; then
+            log "the Ray node exited (status $status) and the head's run is over (${HEAD_STATE:-no state}): this worker stops"
+            [[ "$HEAD_STATE" == ended ]] && exit 0
+            exit "$status"
+        fi
+        if ((joins > MAX_RESTARTS)); then
+            die "the Ray node exited $joins times while the head's run goes on (MAX_RESTARTS=$MAX_RESTARTS): this worker gives up"
+        fi
+        log "the Ray node exited (status $status) while the head's run goes on: rejoining"
+        nap "$RAY_POLL_INTERVAL"
+    done
 fi
+exit
+}

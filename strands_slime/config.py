@@ -112,6 +112,21 @@ class RewardConfig(BaseModel):
             "so that hedging across both forms is never rewarded."
         ),
     )
+    overlong_buffer_tokens: int | None = Field(
+        None,
+        ge=1,
+        description=(
+            "DAPO's soft overlong punishment (training only): a response longer than the episode budget "
+            "(slime's --rollout-max-response-len) minus this many tokens loses overlong_penalty * "
+            "(excess / buffer), the whole overlong_penalty at the budget, so the policy learns to finish "
+            "before it is cut off instead of from a cut-off -1 alone. Counted on sample.response_length "
+            "(tool output included, as the budget is). None (default): off; configs/strands_math.yaml, "
+            "the training recipe, sets 4096 for its 32,768-token budget."
+        ),
+    )
+    overlong_penalty: float = Field(
+        1.0, ge=0, description="What a response that reaches the episode budget loses (DAPO: 1.0)."
+    )
     math_verify: bool = Field(
         True,
         description="Use math-verify (when installed) for answers that string/number checks can't decide.",

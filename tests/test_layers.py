@@ -18,7 +18,7 @@ PACKAGE = "strands_slime"
 
 LAYERS = (
     grimp.Layer("cli"),
-    grimp.Layer("viewer", "drift", "data_prep"),
+    grimp.Layer("viewer", "drift", "data_prep", "launch"),
     grimp.Layer("rollout"),
     grimp.Layer("reward", "devserver"),
     grimp.Layer("config"),

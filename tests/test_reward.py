@@ -401,3 +401,63 @@ async def test_shaping_is_off_by_default_because_grpo_inflates_it() -> None:
     # Unshaped, the same group is all -1: zero spread, zero advantage (and dynamic sampling drops it).
     unshaped = [await reward_func(None, s, config=RewardConfig()) for s in samples]
     assert unshaped == [-1.0] * 6
+
+
+# ----------------------------------------------------------------------------- overlong punishment
+
+BUDGET = SimpleNamespace(rollout_max_response_len=32768)
+DAPO_OVERLONG = RewardConfig(overlong_buffer_tokens=4096)
+
+
+def long_sample(final_text: str, response_length: int, **metadata: Any) -> SimpleNamespace:
+    sample = make_sample(final_text, **metadata)
+    sample.response_length = response_length
+    return sample
+
+
+@pytest.mark.parametrize(
+    ("response_length", "penalty"),
+    [
+        (1_000, 0.0),
+        (28_672, 0.0),  # the budget minus the 4,096-token buffer: not yet
+        (28_673, -1 / 4096),
+        (30_720, -0.5),  # halfway into the buffer
+        (32_768, -1.0),  # at the budget (cut off)
+        (40_000, -1.0),  # never more than the whole penalty
+    ],
+)
+async def test_dapo_soft_overlong_punishment(response_length: int, penalty: float) -> None:
+    right = await reward_func(BUDGET, long_sample("Answer: 34", response_length), config=DAPO_OVERLONG)
+    wrong = await reward_func(BUDGET, long_sample("", response_length), config=DAPO_OVERLONG)
+    assert right == pytest.approx(1.0 + penalty) and wrong == pytest.approx(-1.0 + penalty)
+
+
+async def test_overlong_punishment_is_recorded_and_never_touches_accuracy_or_eval() -> None:
+    sample = long_sample("Answer: 34", 30_720)
+    await reward_func(BUDGET, sample, config=DAPO_OVERLONG)
+    details = sample.metadata["reward_details"]
+    assert details["overlong_penalty"] == pytest.approx(-0.5) and details["shaped"] is True
+    # slime's raw_reward (passrate logs, the dynamic-sampling filter) stays the verdict
+    assert sample.metadata["raw_reward"] == 1.0 and details["acc"] is True
+    evaluated = long_sample("Answer: 34", 32_768, evaluation=True)
+    assert await reward_func(BUDGET, evaluated, config=DAPO_OVERLONG) == 1.0
+    assert evaluated.metadata["reward_details"]["overlong_penalty"] == 0.0
+
+
+async def test_overlong_punishment_needs_a_length_and_a_budget_and_can_be_turned_off() -> None:
+    assert await reward_func(None, long_sample("Answer: 34", 32_768), config=DAPO_OVERLONG) == 1.0
+    assert await reward_func(BUDGET, make_sample("Answer: 34"), config=DAPO_OVERLONG) == 1.0
+    assert RewardConfig().overlong_buffer_tokens is None, "off unless the rollout config asks"
+    assert await reward_func(BUDGET, long_sample("Answer: 34", 32_768), config=NO_SHAPING) == 1.0
+    milder = RewardConfig(overlong_buffer_tokens=8192, overlong_penalty=0.5)
+    assert await reward_func(BUDGET, long_sample("Answer: 34", 28_672), config=milder) == pytest.approx(0.75)
+    with pytest.raises(ValidationError):
+        RewardConfig(overlong_buffer_tokens=0)
+    with pytest.raises(ValidationError):
+        RewardConfig(overlong_penalty=-1)
+
+
+async def test_overlong_punishment_adds_to_shaping_of_wrong_answers() -> None:
+    sample = long_sample("Answer: 35", 30_720, tool_iterations=5)
+    both = RewardConfig(shaping="strands_example", overlong_buffer_tokens=4096)
+    assert await reward_func(BUDGET, sample, config=both) == pytest.approx(-0.85 - 0.5)

@@ -68,3 +68,30 @@ async def test_camel_backend_timeout() -> None:
     async with Sandbox(SandboxConfig(backend="camel", timeout_s=1)) as box:
         result = await box.run("import time\ntime.sleep(5)")
     assert result.kind is ResultKind.TIMEOUT and result.timed_out
+
+
+@needs_python_on_path
+@pytest.mark.asyncio(loop_scope="module")
+async def test_camel_children_never_see_secrets(camel: Sandbox, monkeypatch: pytest.MonkeyPatch) -> None:
+    # On a training node the rollout process holds the W&B key and Ray's token; camel copies our
+    # environment into every child, so the backend scrubs that copy.
+    monkeypatch.setenv("WANDB_API_KEY", "wandb-secret-4711")
+    monkeypatch.setenv("RAY_AUTH_TOKEN", "ray-secret-4711")
+    monkeypatch.setenv("STRANDS_SLIME_VISIBLE", "yes")
+    code = (
+        "import os\n"
+        "print([n for n in ('WANDB_API_KEY', 'RAY_AUTH_TOKEN', 'STRANDS_SLIME_VISIBLE', 'PATH') if n in os.environ])\n"
+        "print(open('/proc/self/environ', 'rb').read().count(b'4711'))"
+    )
+    result = await camel.run(code)
+    assert result.kind is ResultKind.OK, result.stderr
+    # the child's own environment block holds no secret either
+    assert result.stdout == "['STRANDS_SLIME_VISIBLE', 'PATH']\n0\n"
+    # the rest of this process is untouched: only camel's module sees the scrubbing subprocess
+    import asyncio
+    import os
+
+    assert os.environ["WANDB_API_KEY"] == "wandb-secret-4711"
+    child = await asyncio.create_subprocess_exec("env", stdout=asyncio.subprocess.PIPE)
+    stdout, _ = await child.communicate()
+    assert b"WANDB_API_KEY=wandb-secret-4711" in stdout

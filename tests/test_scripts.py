@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 import pytest
+from launch_stand_ins import install_fake_nvidia_smi
 from slime_upstream import require_slime
 from waiting import wait_until_sync
 
@@ -128,8 +129,12 @@ FAKE_RAY = """#!{python}
 import json, os, signal, sys, time
 
 args = sys.argv[1:]
+if args == ["--version"]:
+    print("ray, version " + os.environ.get("FAKE_RAY_VERSION", "2.52.0"))
+    sys.exit(0)
 state = os.environ["FAKE_RAY_STATE"]
 record = {{"args": args, "pid": os.getpid()}}
+record["auth"] = {{name: os.environ.get(name) for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH")}}
 if args[:1] == ["start"]:
     record["env"] = {{name: os.environ.get(name) for name in ("SLIME_HOST_IP", "WANDB_API_KEY", "no_proxy")}}
 if args[:2] == ["job", "submit"] and "--runtime-env" in args:
@@ -166,10 +171,19 @@ if args[:1] == ["start"]:
     os.unlink(marker)
     log({{"event": "node-stopped", "pid": os.getpid(), "by_signal": bool(stopping)}})
     sys.exit(status)
+if args[:2] == ["job", "logs"] and os.environ.get("FAKE_RAY_JOB_LOG"):
+    sys.stdout.write(open(os.environ["FAKE_RAY_JOB_LOG"]).read())
 if args[:2] == ["job", "submit"]:
     time.sleep(float(os.environ.get("FAKE_RAY_JOB_SECONDS", "0")))
-    sys.exit(int(os.environ.get("FAKE_RAY_JOB_STATUS", "0")))
+    statuses = os.environ.get("FAKE_RAY_JOB_STATUS", "0").split(",")
+    # one exit status per attempt, the last one repeated
+    attempt = sum(1 for line in open(os.environ["FAKE_RAY_LOG"]) if '"submit"' in line and '"job"' in line)
+    if os.environ.get("FAKE_RAY_CHECKPOINT_DIR"):  # each attempt gets one checkpoint further
+        with open(os.path.join(os.environ["FAKE_RAY_CHECKPOINT_DIR"], "latest_checkpointed_iteration.txt"), "w") as out:
+            out.write(str(attempt * 10))
+    sys.exit(int(statuses[min(attempt, len(statuses)) - 1]))
 """
+
 
 # `import ray` for the head's node count (wait_for_nodes): the nodes the stand-in `ray start` runs.
 FAKE_RAY_MODULE = """import os
@@ -178,6 +192,9 @@ FAKE_RAY_MODULE = """import os
 def _markers():
     state = os.environ["FAKE_RAY_STATE"]
     return [os.path.join(state, name) for name in os.listdir(state) if name == "head" or name.startswith("node-")]
+
+
+__version__ = "2.52.0"
 
 
 def init(**kwargs):
@@ -201,6 +218,7 @@ def tools(tmp_path: Path) -> Path:
     # A wrapper, not a symlink: the venv's packages (omegaconf, pydantic) must stay importable.
     _make_executable(bin_dir / "python3", f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
     _make_executable(bin_dir / "ray", FAKE_RAY.format(python=sys.executable))
+    install_fake_nvidia_smi(bin_dir)
     (tmp_path / "ray_state").mkdir()
     module_dir = tmp_path / "fake_ray_module" / "ray"
     module_dir.mkdir(parents=True)
@@ -217,6 +235,9 @@ def _env(tools: Path, tmp_path: Path, **overrides: str) -> dict[str, str]:
         "FAKE_RAY_LOG": str(tmp_path / "ray_calls.jsonl"),
         "FAKE_RAY_STATE": str(tmp_path / "ray_state"),
         "RUN_DIR": str(tmp_path / "run"),
+        "RAY_TEMP_DIR": str(tmp_path / "ray"),
+        # importable by the launch's python3: the stand-in `ray` module (the preflight imports ray)
+        "PYTHONPATH": str(tmp_path / "fake_ray_module"),
         "LANG": "C",
     }
     env.update(overrides)
@@ -304,6 +325,12 @@ VARIANTS = {
     "cache-aware": {"ROUTER_POLICY": "cache_aware"},
     "two-nodes": {"NUM_NODES": "2", "MASTER_ADDR": "10.0.0.1"},
     "four-gpus": {"GPUS_PER_NODE": "4", "GLOBAL_BATCH_SIZE": "64"},
+    "pilot": {"PILOT": "1"},
+    "4x8": {"PRESET": "4x8", "MASTER_ADDR": "10.0.0.1"},
+    "4x8-pilot": {"PRESET": "4x8", "MASTER_ADDR": "10.0.0.1", "PILOT": "1"},
+    "keep-all": {"KEEP_CHECKPOINTS": "all", "SAVE_INTERVAL": "50"},
+    "no-partial-rollout": {"PARTIAL_ROLLOUT": "0"},
+    "mask-offpolicy": {"MASK_OFFPOLICY_IN_PARTIAL_ROLLOUT": "1"},
 }
 
 
@@ -343,15 +370,21 @@ def test_train_defaults_follow_the_recipe_and_our_entry_points(tools: Path, tmp_
         "--rollout-batch-size": ["16"],
         "--n-samples-per-prompt": ["8"],
         "--global-batch-size": ["128"],
-        "--rollout-max-response-len": ["16384"],
+        "--rollout-max-response-len": ["32768"],
         "--over-sampling-batch-size": ["32"],
+        "--partial-rollout": [],
         "--dynamic-sampling-filter-path": ["strands_slime.rollout.filters.drop_infra_failures_and_zero_std"],
         "--eval-interval": ["20"],
         "--eval-config": [str(REPO / "configs" / "eval_aime.yaml")],
         "--n-samples-per-eval-prompt": ["16"],
         "--eval-max-response-len": ["32768"],
         "--log-passrate": [],
-        "--save-interval": ["100"],
+        # no pilot, no STEP_MINUTES: the dry run says so and saves every step in its place
+        "--save-interval": ["1"],
+        "--save-retain-interval": ["3001"],
+        "--use-fault-tolerance": [],
+        "--use-tensorboard": [],
+        "--rollout-sample-hook-path": ["strands_slime.rollout.metrics.count_episode"],
         "--tensor-model-parallel-size": ["2"],
         "--max-tokens-per-gpu": ["18432"],
         "--advantage-estimator": ["grpo"],
@@ -371,6 +404,7 @@ def test_train_defaults_follow_the_recipe_and_our_entry_points(tools: Path, tmp_
     assert flags["--load"] == flags["--save"]
     # Prompts are chat lists that the agent templates itself.
     assert "--apply-chat-template" not in flags
+    assert "--mask-offpolicy-in-partial-rollout" not in flags
     assert not any(flag.startswith("--wandb") or flag == "--use-wandb" for flag in flags)
     assert "--use-rollout-logprobs" not in flags
     # DAPO: no KL term, so no reference-model forward; --ref-load stays as the first run's weights.
@@ -420,6 +454,7 @@ def test_every_path_and_size_follows_the_environment(tools: Path, tmp_path: Path
         "ROLLOUT_GPUS_PER_ENGINE": "1",
         "MAX_RESPONSE_LEN": "8192",
         "LR": "2e-6",
+        "PYTHONPATH": "",
     }
     result = _dry_train(tools, tmp_path, **env)
     argv = _train_command(result.stdout)
@@ -448,7 +483,7 @@ def test_every_path_and_size_follows_the_environment(tools: Path, tmp_path: Path
 
 @pytest.mark.slow  # 5 s
 def test_pythonpath_puts_this_repository_on_every_node(tools: Path, tmp_path: Path) -> None:
-    env_vars = _runtime_env(_dry_train(tools, tmp_path).stdout)["env_vars"]
+    env_vars = _runtime_env(_dry_train(tools, tmp_path, PYTHONPATH="").stdout)["env_vars"]
     assert env_vars["PYTHONPATH"].split(":") == ["/root/Megatron-LM", "/root/slime", str(REPO)]
 
 
@@ -537,12 +572,21 @@ def test_multi_node_rank1_joins_as_a_worker_and_submits_nothing(tools: Path, tmp
             "--num-gpus",
             "8",
             "--disable-usage-stats",
+            *RAY_NODE_PORTS,
             "--block",
         ]
     ]
     assert "train.py" not in result.stdout
     # Each node uses its own address for slime's router and engines.
     assert "NODE_IP=10.0.0.2, SLIME_HOST_IP=10.0.0.2 in the environment of ray start" in result.stdout
+
+
+# Ray's ports are pinned (and documented) so that a firewall rule can name them.
+RAY_NODE_PORTS = [
+    *("--node-manager-port", "6380", "--object-manager-port", "6381", "--runtime-env-agent-port", "6382"),
+    *("--dashboard-agent-grpc-port", "6383", "--metrics-export-port", "6384"),
+    *("--dashboard-agent-listen-port", "6385", "--min-worker-port", "10002", "--max-worker-port", "19999"),
+]
 
 
 @pytest.mark.slow  # 6 s
@@ -572,6 +616,16 @@ BAD_INPUT = [
     ({"DRY_RUN": "maybe"}, [], "boolean"),
     ({"KILL_STALE": "please"}, [], "boolean"),
     ({"DYNAMIC_SAMPLING": "sometimes"}, [], "boolean"),
+    ({"PRESET": "2x8"}, [], "PRESET must be 1x8 or 4x8"),
+    ({"KEEP_CHECKPOINTS": "some"}, [], "KEEP_CHECKPOINTS must be latest or all"),
+    ({"RAY_AUTH": "maybe"}, [], "RAY_AUTH must be auto, on or off"),
+    ({"SAVE_HOURS": "0"}, [], "SAVE_HOURS must be > 0"),
+    ({"SAVE_INTERVAL": "0"}, [], "SAVE_INTERVAL must be >= 1"),
+    ({"STEP_MINUTES": "ten"}, [], "STEP_MINUTES must be a number"),
+    ({"PILOT_STEPS": "2"}, [], "PILOT_STEPS must be >= 3"),
+    ({"MAX_RESTARTS": "-1"}, [], "MAX_RESTARTS must be a non-negative integer"),
+    ({"PARTIAL_ROLLOUT": "0", "MASK_OFFPOLICY_IN_PARTIAL_ROLLOUT": "1"}, [], "needs PARTIAL_ROLLOUT=1"),
+    ({"RUN_DIR": "runs"}, [], "RUN_DIR must be an absolute path"),
     ({}, ["--dryrun"], "unknown argument '--dryrun'"),
     # Two nodes cannot meet at 127.0.0.1: each would find its own loopback.
     ({"NUM_NODES": "2"}, [], "NUM_NODES=2 needs MASTER_ADDR set to the head node's address"),
@@ -732,7 +786,7 @@ def test_dashboard_binds_loopback_unless_asked(tools: Path, tmp_path: Path) -> N
         c for c in _commands(_dry_train(tools, tmp_path).stdout) if c[:3] == ["ray", "start", "--head"]
     )
     assert head[head.index("--dashboard-host") + 1] == "127.0.0.1"
-    assert head[head.index("--temp-dir") + 1] == str(tmp_path / "run" / "ray")
+    assert head[head.index("--temp-dir") + 1] == str(tmp_path / "ray")
     asked = _dry_train(tools, tmp_path, RAY_DASHBOARD_HOST="0.0.0.0").stdout
     head = next(c for c in _commands(asked) if c[:3] == ["ray", "start", "--head"])
     assert head[head.index("--dashboard-host") + 1] == "0.0.0.0"
@@ -748,7 +802,7 @@ def test_proxies_are_bypassed_for_cluster_addresses(tools: Path, tmp_path: Path)
 def test_dry_run_shows_how_it_detaches(tools: Path, tmp_path: Path) -> None:
     detached = _dry_train(tools, tmp_path).stdout
     assert "the launcher now detaches" in detached and "--foreground" in detached
-    assert str(tmp_path / "run" / "launch-node0.log") in detached
+    assert str(tmp_path / "run" / "node0" / "launch.log") in detached
     attached = _dry_train(tools, tmp_path, "--foreground").stdout
     assert "detaches" not in attached
 
@@ -784,6 +838,8 @@ def _fake_install(tmp_path: Path, config: dict | None = None) -> dict[str, str]:
         "HAS_NVLINK": "1",
         "RAY_POLL_INTERVAL": "1",
         "CHECKPOINT_GB": "0",  # this machine's disk is no GPU box's
+        "SAVE_INTERVAL": "100",  # no pilot here to size it
+        "RESTART_BACKOFF": "0",
     }
 
 
@@ -843,7 +899,7 @@ def _assert_spared(bystanders: list[subprocess.Popen]) -> None:
 def _no_leftover_launches(tmp_path: Path):
     """Whatever a failing test leaves running (a detached launcher, a blocked `ray start`) is stopped."""
     yield
-    for pid_file in tmp_path.glob("run*/*.pid"):
+    for pid_file in tmp_path.glob("run*/**/*.pid"):
         text = pid_file.read_text().strip()
         if text.isdigit() and any(mark in _cmdline(int(text)) for mark in (TRAIN_SCRIPT.name, "ray")):
             try:
@@ -861,13 +917,13 @@ def test_real_run_starts_ray_submits_and_stops_only_what_it_started(
     assert result.returncode == 0, result.stderr
     calls = _ray_calls(tmp_path)
     verbs = [verb for verb in _verbs(calls) if verb != ["status", "--address"]]
-    assert verbs == [["start", "--head"], ["job", "submit"]]
+    assert verbs == [["start", "--head"], ["job", "submit"], ["job", "logs"]]
     assert ["stop"] not in [call["args"][:1] for call in calls if "args" in call], "never a global `ray stop`"
     start = next(call for call in calls if call.get("args", [])[:2] == ["start", "--head"])
     # Node-specific settings and the W&B key travel in the environment of this node's `ray start`.
     assert start["env"]["SLIME_HOST_IP"] == "127.0.0.1"
     assert start["env"]["WANDB_API_KEY"] == "secret-key"
-    assert start["args"][start["args"].index("--temp-dir") + 1] == str(tmp_path / "run" / "ray")
+    assert start["args"][start["args"].index("--temp-dir") + 1] == str(tmp_path / "ray")
     submit = next(call for call in calls if call.get("args", [])[:2] == ["job", "submit"])
     assert submit["runtime_env_mode"] == "0o600"
     env_vars = submit["runtime_env"]["env_vars"]
@@ -880,10 +936,11 @@ def test_real_run_starts_ray_submits_and_stops_only_what_it_started(
     assert stopped["pid"] == start["pid"] and stopped["by_signal"]
     _assert_spared(bystanders)
     assert (tmp_path / "box" / "ckpt").is_dir()
-    assert not list((tmp_path / "run").glob("runtime-env.*")), "runtime env file left behind"
-    assert (
-        not (tmp_path / "run" / "launcher.pid").exists() and not (tmp_path / "run" / "ray-node.pid").exists()
-    )
+    node_dir = tmp_path / "run" / "node0"
+    assert not list(node_dir.glob("runtime-env.*")), "runtime env file left behind"
+    assert not (node_dir / "launcher.pid").exists() and not (node_dir / "ray-node.pid").exists()
+    state = json.loads((node_dir / "state.json").read_text())
+    assert state["status"] == "finished" and state["attempt"] == 1 and state["restarts"] == 0
 
 
 @pytest.mark.slow  # 12 s
@@ -900,7 +957,7 @@ def test_keep_ray_leaves_our_node_running(tools: Path, tmp_path: Path) -> None:
         TRAIN_SCRIPT, _env(tools, tmp_path, **_fake_install(tmp_path), KEEP_RAY="1"), "--foreground"
     )
     assert result.returncode == 0, result.stderr
-    pid = int((tmp_path / "run" / "ray-node.pid").read_text())
+    pid = int((tmp_path / "run" / "node0" / "ray-node.pid").read_text())
     assert _alive(pid) and f"kill -TERM {pid}" in result.stderr
     assert _node_stops(_ray_calls(tmp_path)) == []
     os.kill(pid, signal.SIGTERM)
@@ -920,15 +977,15 @@ def test_a_running_cluster_is_refused_unless_reused_and_never_stopped(tools: Pat
         TRAIN_SCRIPT, _env(tools, tmp_path, **install, FAKE_RAY_UP="1", REUSE_RAY="1"), "--foreground"
     )
     assert reused.returncode == 0, reused.stderr
-    assert _verbs(_ray_calls(tmp_path)) == [["status", "--address"], ["job", "submit"]]
+    assert _verbs(_ray_calls(tmp_path)) == [["status", "--address"], ["job", "submit"], ["job", "logs"]]
 
 
 def _pretend_earlier_launch(tmp_path: Path) -> subprocess.Popen:
     """A `ray start --block` an earlier launch recorded in RUN_DIR and left running."""
     leftover = subprocess.Popen(["bash", "-c", 'exec -a "ray start --head --block" sleep 300'])
     _wait_until(lambda: "ray start" in _cmdline(leftover.pid), 10, "the leftover to exec")
-    (tmp_path / "run").mkdir(exist_ok=True)
-    (tmp_path / "run" / "ray-node.pid").write_text(f"{leftover.pid}\n")
+    (tmp_path / "run" / "node0").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "run" / "node0" / "ray-node.pid").write_text(f"{leftover.pid}\n")
     return leftover
 
 
@@ -1005,6 +1062,9 @@ def test_a_signal_to_the_foreground_launcher_stops_the_job_at_once(
     assert ["job", "stop", "--address", "http://127.0.0.1:8265", job_id] in [c.get("args") for c in calls]
     assert [stop["by_signal"] for stop in _node_stops(calls)] == [True]
     assert not _alive(submit["pid"]), "ray job submit left running"
+    state = _state(tmp_path)
+    assert state["status"] == "stopped"
+    assert state["stop_reason"] == f"the launcher stopped by signal {signum} (exit status {status})"
     _assert_spared(bystanders)
 
 
@@ -1017,29 +1077,44 @@ def test_by_default_the_launch_detaches_and_survives_the_terminal(
         ["bash", str(TRAIN_SCRIPT)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         start_new_session=True,
     )  # fmt: skip
-    _, stderr = terminal.communicate(timeout=60)
+    # Deadlines are generous (each wait ends as soon as its condition holds): the parent runs every
+    # check (imports math-verify), and a loaded CI machine once took longer than 30 s for them.
+    _, stderr = terminal.communicate(timeout=180)
     assert terminal.returncode == 0, stderr
     launcher = int(re.search(r"in the background as PID (\d+)", stderr).group(1))
-    assert int((tmp_path / "run" / "launcher.pid").read_text()) == launcher
-    assert f"kill -TERM {launcher}" in stderr and str(tmp_path / "run" / "launch-node0.log") in stderr
+    node_dir = tmp_path / "run" / "node0"
+    assert int((node_dir / "launcher.pid").read_text()) == launcher
+    assert f"kill -TERM {launcher}" in stderr and str(node_dir / "launch.log") in stderr
+
+    def launcher_log() -> str:
+        path = node_dir / "launch.log"
+        return path.read_text() if path.exists() else "(no launcher log)"
+
     try:
-        # `$!` is the forked shell that then execs setsid: its own session follows a moment later
-        _wait_until(lambda: os.getsid(launcher) == launcher, 10, "the launcher's own session")
+        # `$!` is the forked shell that then execs env and setsid: its own session follows a moment later
+        _wait_until(
+            lambda: _alive(launcher) and os.getsid(launcher) == launcher, 60, "the launcher's own session"
+        )
         try:
             os.killpg(terminal.pid, signal.SIGHUP)  # the terminal's process group hangs up
         except ProcessLookupError:
             pass
-        _wait_until(lambda: ["job", "submit"] in _verbs(_ray_calls(tmp_path)), 30, "the job submission")
-        assert _alive(launcher)
+        try:
+            _wait_until(lambda: ["job", "submit"] in _verbs(_ray_calls(tmp_path)), 180, "the job submission")
+        except AssertionError as timeout:
+            raise AssertionError(f"{timeout}; the launcher's log:\n{launcher_log()}") from None
+        assert _alive(launcher), launcher_log()
         os.kill(launcher, signal.SIGTERM)
-        _wait_until(lambda: not _alive(launcher), 30, "the launcher to stop")
+        _wait_until(lambda: not _alive(launcher), 60, "the launcher to stop")
     finally:
         if _alive(launcher):
             os.kill(launcher, signal.SIGKILL)
     calls = _ray_calls(tmp_path)
     assert ["job", "stop"] in _verbs(calls)
     assert [stop["by_signal"] for stop in _node_stops(calls)] == [True]
-    log = (tmp_path / "run" / "launch-node0.log").read_text()
+    log = launcher_log()
+    # the detached launcher did not run the slow checks again: its parent ran them a moment before
+    assert "strands_slime config OK" in stderr and "strands_slime config OK" not in log
     assert "stopping the Ray node this launch started" in log
     _assert_spared(bystanders)
 
@@ -1049,18 +1124,16 @@ def _two_node_env(
 ) -> dict[str, str]:
     # Two "nodes" on one machine: the head at 127.0.0.2, the worker at 127.0.0.3, each with its own
     # RUN_DIR; the stand-in `ray` module lets the head count the nodes that joined.
-    return _env(
-        tools,
-        tmp_path,
+    settings = {
         **install,
-        NUM_NODES="2",
-        NODE_RANK=str(rank),
-        MASTER_ADDR="127.0.0.2",
-        NODE_IP=f"127.0.0.{2 + rank}",
-        RUN_DIR=str(tmp_path / f"run-node{rank}"),
-        PYTHONPATH=str(tmp_path / "fake_ray_module"),
+        "NUM_NODES": "2",
+        "NODE_RANK": str(rank),
+        "MASTER_ADDR": "127.0.0.2",
+        "NODE_IP": f"127.0.0.{2 + rank}",
+        "RUN_DIR": str(tmp_path / f"run-node{rank}"),
         **extra,
-    )
+    }
+    return _env(tools, tmp_path, **settings)
 
 
 @pytest.mark.slow  # 8 s
@@ -1080,8 +1153,10 @@ def test_two_nodes_each_use_their_own_address_and_share_save_dir(
                 process.communicate()
     assert head.returncode == 0, head_err
     assert "Ray cluster ready: 2 nodes, 16 GPUs" in head_err
-    # The head's job ended and it stopped its node; the worker's node followed and the worker exited.
-    assert worker.returncode == 1 and "the Ray node exited" in worker_err
+    # The head's job ended and it stopped its node, marking its run over; the worker's node followed
+    # and the worker stopped (rather than rejoining, as it does while the head's run goes on).
+    assert worker.returncode == 0 and "the head's run is over (ended)" in worker_err, worker_err
+    assert "preflight OK: ray 2.52.0" in worker_err
     calls = _ray_calls(tmp_path)
     starts = {call["args"][1]: call for call in calls if call.get("args", [])[:1] == ["start"]}
     assert starts["--head"]["env"]["SLIME_HOST_IP"] == "127.0.0.2"
@@ -1103,30 +1178,64 @@ def test_a_worker_refuses_a_save_dir_the_head_does_not_share(
     save_dir = Path(install["SAVE_DIR"])
     save_dir.mkdir()
     if marker == "stale":
-        (save_dir / ".strands-slime-head").write_text(f"127.0.0.2:6379 {int(time.time()) - 7200}\n")
+        _head_marker(save_dir, written=int(time.time()) - 7200)
     elif marker == "other head":
-        (save_dir / ".strands-slime-head").write_text(f"10.9.9.9:6379 {int(time.time())}\n")
-    env = _two_node_env(tools, tmp_path, install, 1, FAKE_RAY_UP="1")
+        _head_marker(save_dir, address="10.9.9.9:6379")
+    env = _two_node_env(
+        tools, tmp_path, install, 1, FAKE_RAY_UP="1", RAY_WAIT_TIMEOUT="2", RAY_POLL_INTERVAL="1"
+    )
     result = _run(TRAIN_SCRIPT, env, "--foreground")
     assert result.returncode == 1
     (error,) = _error_lines(result.stderr)
     assert "SAVE_DIR" in error and "is not shared with the head" in error
-    assert _verbs(_ray_calls(tmp_path)) == [["status", "--address"]], "the worker never joined"
+    assert _ray_calls(tmp_path) == [], "the worker never asked for the head, let alone joined"
 
 
-@pytest.mark.slow  # 13 s
-def test_worker_waits_for_the_head_then_blocks_and_exits_with_its_node(tools: Path, tmp_path: Path) -> None:
+def _head_marker(
+    save_dir: Path, state: str = "running", written: int | None = None, address: str = "127.0.0.2:6379"
+) -> None:
+    """What the head writes into SAVE_DIR: its address, the time, its run's state, Ray version, W&B."""
+    stamp = int(time.time()) if written is None else written
+    (save_dir / ".strands-slime-head").write_text(f"{address} {stamp} {state} 2.52.0 0\n")
+
+
+@pytest.mark.slow
+def test_a_worker_rejoins_while_the_heads_run_goes_on_and_stops_when_it_is_over(
+    tools: Path, tmp_path: Path
+) -> None:
     install = _fake_install(tmp_path)
     save_dir = Path(install["SAVE_DIR"])
     save_dir.mkdir()
-    (save_dir / ".strands-slime-head").write_text(f"127.0.0.2:6379 {int(time.time())}\n")
-    env = _two_node_env(tools, tmp_path, install, 1, FAKE_RAY_UP="1", FAKE_RAY_BLOCK_SECONDS="0.5")
-    result = _run(TRAIN_SCRIPT, env, "--foreground")
-    assert result.returncode == 0, result.stderr
-    calls = _ray_calls(tmp_path)
-    assert _verbs(calls) == [["status", "--address"], ["start", "--address"]]
-    assert calls[1]["args"][-1] == "--block"
-    assert [stop["by_signal"] for stop in _node_stops(calls)] == [False]
+    _head_marker(save_dir)
+    token = save_dir / ".ray-auth-token"  # the head writes its Ray auth token before its marker
+    token.write_text("head-token\n")
+    token.chmod(0o600)
+    head_up = tmp_path / "ray_state" / "head"  # what the stand-in `ray status` and worker nodes watch
+    head_up.write_text("8")
+    worker = _start_foreground(_two_node_env(tools, tmp_path, install, 1))
+
+    def joins() -> list[dict]:
+        return [c for c in _ray_calls(tmp_path) if c.get("args", [])[:2] == ["start", "--address"]]
+
+    try:
+        _wait_until(lambda: len(joins()) == 1 or worker.poll() is not None, 120, "the worker's node")
+        assert worker.poll() is None, worker.communicate()[1]
+        assert joins()[0]["auth"] == {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)}
+        head_up.unlink()  # the head went away (its supervisor restarts it): the worker's node exits
+        _wait_until(lambda: _node_stops(_ray_calls(tmp_path)), 60, "the worker's node to exit")
+        head_up.write_text("8")
+        _wait_until(lambda: len(joins()) == 2, 60, "the worker to rejoin")
+        _head_marker(save_dir, state="ended")
+        head_up.unlink()
+        _, stderr = worker.communicate(timeout=60)
+    finally:
+        if worker.poll() is None:
+            os.killpg(worker.pid, signal.SIGKILL)
+            worker.communicate()
+    assert worker.returncode == 0, stderr
+    assert "while the head's run goes on: rejoining" in stderr
+    assert "the head's run is over (ended): this worker stops" in stderr
+    assert [stop["by_signal"] for stop in _node_stops(_ray_calls(tmp_path))] == [False, False]
 
 
 @pytest.mark.slow  # 19 s
@@ -1237,7 +1346,7 @@ def test_slimes_real_parser_rejects_what_the_flag_lists_reject(
 
 
 def test_convert_dry_run_flags_exist_in_the_converter(tools: Path, tmp_path: Path) -> None:
-    result = _run(CONVERT_SCRIPT, _env(tools, tmp_path, DRY_RUN="1", MODEL_DIR="/m"))
+    result = _run(CONVERT_SCRIPT, _env(tools, tmp_path, DRY_RUN="1", MODEL_DIR="/m", PYTHONPATH=""))
     assert result.returncode == 0, result.stderr
     commands = _commands(result.stdout)
     convert = next(c for c in commands if any(token.endswith("convert_hf_to_torch_dist.py") for token in c))
@@ -1453,16 +1562,320 @@ def test_math_verify_must_be_installed_when_the_config_enables_it(tools: Path, t
     assert "math-verify" not in _run(TRAIN_SCRIPT, {**env, "DRY_RUN": "1"}).stderr
 
 
-@pytest.mark.slow  # 14 s
-def test_save_dir_must_hold_a_checkpoint(tools: Path, tmp_path: Path) -> None:
+@pytest.mark.slow  # three launches
+def test_save_dir_must_hold_the_checkpoints_it_keeps_at_once(tools: Path, tmp_path: Path) -> None:
     install = _fake_install(tmp_path)
     free_gb = shutil.disk_usage(tmp_path).free // 2**30
-    refused = _run(TRAIN_SCRIPT, _env(tools, tmp_path, **{**install, "CHECKPOINT_GB": str(free_gb + 10)}))
+    size = free_gb // 2 + 5  # one fits, two do not
+    refused = _run(TRAIN_SCRIPT, _env(tools, tmp_path, **{**install, "CHECKPOINT_GB": str(size)}))
     assert refused.returncode == 1
-    assert f"less than one {free_gb + 10} GB checkpoint" in refused.stderr
+    assert f"less than {2 * size} GB (two {size} GB checkpoints at once" in refused.stderr
     assert _ray_calls(tmp_path) == []
-    # Room for one but not for the whole run's 30: a note, and the run goes on.
-    env = _env(tools, tmp_path, **{**install, "CHECKPOINT_GB": str(max(free_gb // 2, 1))})
+    # Keeping every checkpoint needs room for all of them: 3000 steps / 100 = 30.
+    each = free_gb // 10 + 1
+    keep_all = _run(
+        TRAIN_SCRIPT,
+        _env(tools, tmp_path, **{**install, "CHECKPOINT_GB": str(each), "KEEP_CHECKPOINTS": "all"}),
+    )
+    assert keep_all.returncode == 1
+    assert f"KEEP_CHECKPOINTS=all: 30 checkpoints of {each} GB" in keep_all.stderr
+    env = _env(tools, tmp_path, **{**install, "CHECKPOINT_GB": str(max(free_gb // 3, 1))})
     result = _run(TRAIN_SCRIPT, env, "--foreground")
     assert result.returncode == 0, result.stderr
-    assert "checkpoints of ~" in result.stderr and "raise SAVE_INTERVAL" in result.stderr
+
+
+# ----------------------------------------------------------------------------- pilot, presets, checkpoints
+
+
+@pytest.mark.slow
+def test_the_pilot_runs_the_same_job_shorter_with_eval_off_into_its_own_folder(
+    tools: Path, tmp_path: Path
+) -> None:
+    save_dir = tmp_path / "ckpt"
+    result = _dry_train(tools, tmp_path, "--pilot", SAVE_DIR=str(save_dir))
+    assert not save_dir.exists(), "a dry run creates no folder"
+    flags = _parse_flags(_train_command(result.stdout))
+    assert flags["--num-rollout"] == ["8"]
+    assert not any(flag.startswith("--eval") for flag in flags) and "--log-passrate" not in flags
+    # never resumes or overwrites the run's checkpoints; saves halfway so the save is timed
+    assert flags["--load"] == flags["--save"] == [f"{save_dir}/pilot/checkpoint"]
+    assert flags["--save-interval"] == ["4"] and flags["--save-retain-interval"] == ["12"]
+    assert _runtime_env(result.stdout)["env_vars"]["TENSORBOARD_DIR"] == f"{save_dir}/pilot/tensorboard"
+    commands = _commands(result.stdout)
+    sampler = next(c for c in commands if "strands_slime.launch.gpu_sampler" in c)
+    assert sampler[sampler.index("--out") + 1] == f"{save_dir}/pilot/gpu-node0.jsonl"
+    analyze = next(c for c in commands if "strands_slime.launch.pilot" in c)
+    assert analyze[analyze.index("--num-rollout") + 1] == "3000", "projected for the full run"
+    assert analyze[analyze.index("--gpus") + 1] == "8"
+    assert "--setting=MAX_RESPONSE_LEN=32768" in analyze
+    # the pilot itself needs no step time to size its checkpoints by
+    assert "no step time to size checkpoints by" not in result.stderr
+
+
+@pytest.mark.slow
+def test_the_4x8_preset_scales_the_batch_with_the_gpus(tools: Path, tmp_path: Path) -> None:
+    flags = _parse_flags(
+        _train_command(_dry_train(tools, tmp_path, PRESET="4x8", MASTER_ADDR="10.0.0.1").stdout)
+    )
+    assert flags["--actor-num-nodes"] == ["4"] and flags["--actor-num-gpus-per-node"] == ["8"]
+    assert flags["--rollout-batch-size"] == ["64"] and flags["--over-sampling-batch-size"] == ["128"]
+    assert flags["--global-batch-size"] == ["512"] and flags["--n-samples-per-prompt"] == ["8"]
+    assert flags["--num-rollout"] == ["750"], "as many prompts as 3000 steps of 16"
+    mine = _parse_flags(
+        _train_command(
+            _dry_train(tools, tmp_path, PRESET="4x8", MASTER_ADDR="10.0.0.1", NUM_ROLLOUT="100").stdout
+        )
+    )
+    assert mine["--num-rollout"] == ["100"], "what the environment sets wins over the preset"
+
+
+def _pilot_job_log(path: Path, step_seconds: list[float]) -> Path:
+    """A Ray job's log with slime's trainer perf lines and our step records (the stand-in job prints it)."""
+    lines = []
+    for step, seconds in enumerate(step_seconds):
+        record = {"rollout/strands/step/episodes": 200.0, "rollout/strands/step/keep_rate": 0.5}
+        lines.append(
+            f"(RolloutManager pid=1) [2026-11-26 10:0{step}:00] x.py:1 - strands_slime step {step}: {json.dumps(record)}"
+        )
+        lines.append(
+            f"(RolloutManager pid=1) [2026-11-26 10:0{step}:00] x.py:1 - perf {step}: {{'perf/rollout_time': {seconds - 100}}}"
+        )
+        lines.append(
+            f"(MegatronTrainRayActor pid=2) [2026-11-26 10:0{step}:30] x.py:1 - perf {step}: "
+            f"{{'perf/train_wait_time': {seconds - 60}, 'perf/train_time': 60.0, 'perf/step_time': {seconds}, "
+            "'perf/update_weights_time': 12.0}"
+        )
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.slow
+def test_a_pilot_measures_then_the_run_checkpoints_by_its_step_time(tools: Path, tmp_path: Path) -> None:
+    install = _fake_install(tmp_path)
+    del install["SAVE_INTERVAL"]
+    pilot_dir = Path(install["SAVE_DIR"]) / "pilot"
+    job_log = _pilot_job_log(tmp_path / "job.log", [900.0, 600.0, 620.0, 640.0])
+    env = _env(tools, tmp_path, **install, FAKE_RAY_JOB_LOG=str(job_log), FAKE_RAY_JOB_SECONDS="0.5")
+    # a leftover of an earlier pilot is kept aside, not mixed into this one
+    pilot_dir.mkdir(parents=True)
+    (pilot_dir / "pilot.json").write_text("{}")
+    result = _run(TRAIN_SCRIPT, env, "--pilot", "--foreground", timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "pilot report:" in result.stderr
+    pilot = json.loads((pilot_dir / "pilot.json").read_text())
+    assert pilot["measured"]["per_step"]["step_seconds"]["mean"] == pytest.approx(620.0)
+    assert pilot["measured"]["per_step"]["keep_rate"]["mean"] == 0.5
+    assert pilot["settings"]["ROLLOUT_BATCH_SIZE"] == "16"
+    assert pilot["measured"]["gpu_memory"]["samples"] >= 1, "the GPU sampler ran during the job"
+    assert (pilot_dir / "pilot.md").read_text().startswith("# Pilot report")
+    assert not (pilot_dir / "checkpoint").exists(), "the pilot's checkpoint is removed after it is measured"
+    assert [p.name for p in pilot_dir.parent.glob("pilot.*")] and json.loads(
+        next(pilot_dir.parent.glob("pilot.2*")).joinpath("pilot.json").read_text()
+    ) == {}
+    submit = next(c for c in _ray_calls(tmp_path) if c.get("args", [])[:2] == ["job", "submit"])
+    assert _parse_flags(submit["args"][submit["args"].index("--") + 3 :])["--num-rollout"] == ["8"]
+    state = json.loads((tmp_path / "run" / "node0" / "state.json").read_text())
+    assert state["pilot"] is True and state["status"] == "finished"
+    assert not list((tmp_path / "run" / "node0").glob("*.pid")), "the GPU sampler was stopped"
+
+    # The run: at most SAVE_HOURS (2) of the pilot's p90 step time (640 s) between checkpoints.
+    (tmp_path / "ray_calls.jsonl").unlink()
+    run = _dry_train(tools, tmp_path, **install)
+    assert _parse_flags(_train_command(run.stdout))["--save-interval"] == ["11"]
+    assert "2 h at the pilot's p90 step time of 640.0 s" in run.stderr
+    assert _parse_flags(_train_command(_dry_train(tools, tmp_path, **install, SAVE_HOURS="1").stdout))[
+        "--save-interval"
+    ] == ["5"]
+    # a pilot of other settings does not size this run
+    other = _run(TRAIN_SCRIPT, _env(tools, tmp_path, **install, ROLLOUT_BATCH_SIZE="32"))
+    assert other.returncode == 1
+    assert "ROLLOUT_BATCH_SIZE: pilot '16', now '32'" in other.stderr
+
+
+@pytest.mark.slow
+def test_without_a_pilot_the_run_needs_a_step_time(tools: Path, tmp_path: Path) -> None:
+    install = _fake_install(tmp_path)
+    del install["SAVE_INTERVAL"]
+    refused = _run(TRAIN_SCRIPT, _env(tools, tmp_path, **install))
+    assert refused.returncode == 1 and "run --pilot first" in refused.stderr
+    assert _ray_calls(tmp_path) == [] or ["start", "--head"] not in _verbs(_ray_calls(tmp_path))
+    estimate = _dry_train(tools, tmp_path, **install, STEP_MINUTES="7.5")
+    assert _parse_flags(_train_command(estimate.stdout))["--save-interval"] == ["16"]  # 120 min / 7.5
+    assert "(an estimate; --pilot measures it)" in estimate.stderr
+
+
+@pytest.mark.slow
+def test_only_the_latest_checkpoint_is_kept_unless_asked(tools: Path, tmp_path: Path) -> None:
+    latest = _parse_flags(_train_command(_dry_train(tools, tmp_path, SAVE_INTERVAL="30").stdout))
+    # Megatron keeps the previous checkpoint only if its iteration is a multiple of this; slime saves
+    # iterations 29, 59, ... and the last, 2999: none is, so each save deletes the one before.
+    retain = int(latest["--save-retain-interval"][0])
+    assert retain % 30 == 0 and retain > 3000
+    assert not any((k * 30 - 1) % retain == 0 for k in range(1, 101)) and 2999 % retain != 0
+    everything = _parse_flags(
+        _train_command(_dry_train(tools, tmp_path, SAVE_INTERVAL="30", KEEP_CHECKPOINTS="all").stdout)
+    )
+    assert "--save-retain-interval" not in everything
+
+
+def _submits(tmp_path: Path) -> int:
+    return len([c for c in _ray_calls(tmp_path) if c.get("args", [])[:2] == ["job", "submit"]])
+
+
+def _state(tmp_path: Path) -> dict:
+    return json.loads((tmp_path / "run" / "node0" / "state.json").read_text())
+
+
+@pytest.mark.slow
+def test_the_supervisor_resumes_after_a_crash_with_a_growing_pause(tools: Path, tmp_path: Path) -> None:
+    install = _fake_install(tmp_path)
+    checkpoints = Path(install["SAVE_DIR"])
+    checkpoints.mkdir()
+    settings = {
+        **install,
+        "FAKE_RAY_JOB_STATUS": "1,1,1,0",
+        "FAKE_RAY_CHECKPOINT_DIR": str(checkpoints),  # every attempt gets a checkpoint further
+        "RESTART_BACKOFF": "1",
+        "RESTART_BACKOFF_MAX": "2",
+        "FAKE_RAY_JOB_LOG": str(_pilot_job_log(tmp_path / "job.log", [100.0])),
+    }
+    result = _run(TRAIN_SCRIPT, _env(tools, tmp_path, **settings), "--foreground", timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert _submits(tmp_path) == 4
+    assert "restart 1/5 in 1s, resuming from checkpoint 10" in result.stderr
+    assert "restart 2/5 in 2s, resuming from checkpoint 20" in result.stderr, "the pause doubles"
+    assert "restart 3/5 in 2s, resuming from checkpoint 30" in result.stderr, "up to RESTART_BACKOFF_MAX"
+    state = _state(tmp_path)
+    assert (state["status"], state["attempt"], state["restarts"], state["last_exit_status"]) == (
+        "finished",
+        4,
+        3,
+        0,
+    )
+    assert state["stop_reason"] == "the job finished (exit status 0) after 4 attempt(s)"
+    assert state["latest_checkpoint"] == "40"
+    # every attempt's job log is kept with the run state, one Ray node throughout
+    logs = list((tmp_path / "run" / "node0").glob("job-*.log"))
+    assert len(logs) == 4 and all("strands_slime step 0" in log.read_text() for log in logs)
+    assert len([c for c in _ray_calls(tmp_path) if c.get("args", [])[:1] == ["start"]]) == 1
+
+
+@pytest.mark.slow
+def test_the_supervisor_stops_a_crash_loop_that_makes_no_progress(tools: Path, tmp_path: Path) -> None:
+    env = _env(tools, tmp_path, **_fake_install(tmp_path), FAKE_RAY_JOB_STATUS="7", MAX_RESTARTS="10")
+    result = _run(TRAIN_SCRIPT, env, "--foreground", timeout=120)
+    assert result.returncode == 7
+    assert _submits(tmp_path) == 3, "MAX_RESTARTS_WITHOUT_PROGRESS=2: the third failure in a row stops"
+    state = _state(tmp_path)
+    assert state["status"] == "failed"
+    assert state["stop_reason"].startswith(
+        "gave up: 3 failures in a row without a new checkpoint (latest: none)"
+    )
+    assert state["stop_reason"] in result.stderr
+
+
+@pytest.mark.slow
+def test_the_supervisor_gives_up_after_max_restarts(tools: Path, tmp_path: Path) -> None:
+    install = _fake_install(tmp_path)
+    checkpoints = Path(install["SAVE_DIR"])
+    checkpoints.mkdir()
+    env = _env(
+        tools,
+        tmp_path,
+        **install,
+        FAKE_RAY_JOB_STATUS="1",
+        MAX_RESTARTS="2",
+        FAKE_RAY_CHECKPOINT_DIR=str(checkpoints),
+    )
+    result = _run(TRAIN_SCRIPT, env, "--foreground", timeout=120)
+    assert result.returncode == 1
+    assert _submits(tmp_path) == 3
+    assert "resuming from checkpoint 10" in result.stderr and "resuming from checkpoint 20" in result.stderr
+    state = _state(tmp_path)
+    assert state["stop_reason"] == "gave up: the job failed 3 time(s), MAX_RESTARTS=2; last exit status 1"
+    assert state["latest_checkpoint"] == "30"
+
+
+@pytest.mark.slow
+def test_a_pilot_is_never_restarted(tools: Path, tmp_path: Path) -> None:
+    env = _env(tools, tmp_path, **_fake_install(tmp_path), FAKE_RAY_JOB_STATUS="3")
+    result = _run(TRAIN_SCRIPT, env, "--pilot", "--foreground", timeout=120)
+    assert result.returncode == 3 and _submits(tmp_path) == 1
+    assert "a pilot is not restarted" in _state(tmp_path)["stop_reason"]
+    # what the failed pilot left is still measured, and the report says what could not be
+    assert "not possible: no measured step time" in result.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("version", "auth"), [("2.52.0", True), ("2.40.0", False)])
+def test_ray_token_authentication_where_the_installed_ray_has_it(
+    tools: Path, tmp_path: Path, version: str, auth: bool
+) -> None:
+    install = _fake_install(tmp_path)
+    result = _run(TRAIN_SCRIPT, _env(tools, tmp_path, **install, FAKE_RAY_VERSION=version), "--foreground")
+    assert result.returncode == 0, result.stderr
+    token = Path(install["SAVE_DIR"]) / ".ray-auth-token"
+    calls = [c for c in _ray_calls(tmp_path) if c.get("args", [])[:1] in (["start"], ["job"])]
+    if auth:
+        assert oct(token.stat().st_mode & 0o777) == "0o600" and len(token.read_text().strip()) >= 32
+        assert all(c["auth"] == {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)} for c in calls)
+        assert token.read_text().strip() not in result.stdout + result.stderr
+    else:
+        assert not token.exists() and all(c["auth"]["RAY_AUTH_MODE"] is None for c in calls)
+        assert "Ray token authentication is off" in result.stderr
+    refused = _run(TRAIN_SCRIPT, _env(tools, tmp_path, **install, FAKE_RAY_VERSION="2.40.0", RAY_AUTH="on"))
+    assert refused.returncode == 1 and "RAY_AUTH=on needs Ray 2.52" in refused.stderr
+
+
+@pytest.mark.slow
+def test_the_head_refuses_a_node_that_fails_its_preflight(tools: Path, tmp_path: Path) -> None:
+    env = _env(tools, tmp_path, **_fake_install(tmp_path), FAKE_GPUS="4", WANDB_API_KEY="k")
+    result = _run(TRAIN_SCRIPT, env, "--foreground")
+    assert result.returncode == 1
+    assert "4 GPU(s) visible on this node, GPUS_PER_NODE is 8" in result.stderr
+    assert "preflight failed on rank 0" in result.stderr
+    assert ["start", "--head"] not in _verbs(_ray_calls(tmp_path))
+
+
+@pytest.mark.slow
+def test_an_overlong_buffer_as_long_as_the_budget_is_refused(tools: Path, tmp_path: Path) -> None:
+    config = tmp_path / "math.yaml"
+    config.write_text("strands_slime:\n  reward:\n    overlong_buffer_tokens: 20000\n")
+    result = _run(TRAIN_SCRIPT, _env(tools, tmp_path, DRY_RUN="1", ROLLOUT_CONFIG=str(config)))
+    assert result.returncode == 1
+    (error,) = _error_lines(result.stderr)
+    assert "overlong_buffer_tokens (20000) must be at most half of MAX_RESPONSE_LEN (32768)" in error
+
+
+@pytest.mark.slow
+def test_changing_the_script_under_a_running_launcher_changes_nothing_it_runs(
+    tools: Path, tmp_path: Path
+) -> None:
+    # A weeks-long launch outlives `git pull`s: bash must not read the new file at the old offsets.
+    copy = tmp_path / "checkout"
+    shutil.copytree(REPO / "scripts", copy / "scripts")
+    shutil.copytree(REPO / "configs", copy / "configs")
+    script = copy / "scripts" / TRAIN_SCRIPT.name
+    env = _env(
+        tools, tmp_path, **_fake_install(tmp_path), STRANDS_SLIME_DIR=str(REPO), FAKE_RAY_JOB_SECONDS="5"
+    )
+    process = subprocess.Popen(
+        ["bash", str(script), "--foreground"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        _wait_until(lambda: ["job", "submit"] in _verbs(_ray_calls(tmp_path)), 180, "the job submission")
+        text = script.read_text()
+        script.write_text('echo "a newer version"\nexit 99\n' + text[len(text) // 3 :])
+        _, stderr = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+    assert process.returncode == 0, stderr
+    assert "syntax error" not in stderr and "a newer version" not in stderr
+    assert [stop["by_signal"] for stop in _node_stops(_ray_calls(tmp_path))] == [True]

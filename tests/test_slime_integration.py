@@ -409,8 +409,34 @@ def tag_sample(args: Any, sample: Any, evaluation: bool = False) -> Any:
 # --------------------------------------------------------------------------- aborts and retries
 
 
+def _step_counts(rollout_id: int, args: Any, groups: list[list[Any]], metrics: Any) -> dict[str, float]:
+    """What our rollout log function records for the step (every episode the sample hook counted)."""
+    import json
+    import logging
+
+    from strands_slime.rollout.metrics import STEP_RECORD_PREFIX, log_rollout
+
+    records: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: records.append(record.getMessage())  # type: ignore[method-assign]
+    logger = logging.getLogger("strands_slime.rollout.metrics")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        assert log_rollout(rollout_id, args, groups, metrics, 1.0) is False
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    (line,) = [r for r in records if r.startswith(f"{STEP_RECORD_PREFIX} {rollout_id}: ")]
+    record = json.loads(line.split(": ", 1)[1])
+    return {k.removeprefix("rollout/strands/step/"): v for k, v in record.items() if "/step/" in k}
+
+
 @pytest.mark.slow
 async def test_over_sampling_abort_and_partial_rollout(make_args: Args, engine: DevServer) -> None:
+    from slime.rollout.sample_hooks import set_current_rollout_id
+
     from strands_slime.rollout.resume import STATE_KEY
 
     args = make_args(
@@ -424,11 +450,19 @@ async def test_over_sampling_abort_and_partial_rollout(make_args: Args, engine: 
         "--partial-rollout",
         "--rollout-max-response-len",
         "256",  # LONGQ's 600-token reply is cut by the episode budget (SGLang has no limit without one)
+        # every episode of a step is counted, also those slime's abort cuts off (the launch's setting)
+        "--rollout-sample-hook-path",
+        "strands_slime.rollout.metrics.count_episode",
     )
     assert engine.scheduler is not None
     engine.scheduler.token_latency = 0.01
     source = data_source(args)
-    groups, aborted, _ = await rollout(args, source)
+    set_current_rollout_id(0)  # as slime's rollout manager does before each step
+    groups, aborted, metrics = await rollout(args, source)
+    counts = _step_counts(0, args, groups, metrics)
+    # the kept PLAINQ group finished; both LONGQ groups were cut off by the abort and recycled
+    assert (counts["completed"], counts["aborted"], counts["episodes"]) == (2.0, 4.0, 6.0)
+    assert counts["aborted_ratio"] == pytest.approx(4 / 6) and counts["groups_kept"] == 1.0
     assert [s.label for s in flatten(groups)] == ["5", "5"]
     assert running_requests(engine) == 0, "slime's abort left nothing running"
     recycled = flatten(aborted)
@@ -443,7 +477,13 @@ async def test_over_sampling_abort_and_partial_rollout(make_args: Args, engine: 
     source.add_samples(aborted)
     engine.scheduler.token_latency = 0.0
     args.rollout_batch_size = args.over_sampling_batch_size = 2
-    groups, _, _ = await rollout(args, source, rollout_id=1)
+    set_current_rollout_id(1)
+    groups, _, metrics = await rollout(args, source, rollout_id=1)
+    counts = _step_counts(1, args, groups, metrics)
+    # the recycled episodes finished this step, cut by the episode budget; those that kept their
+    # partial output count as resumed
+    assert (counts["truncated"], counts["length_truncated"], counts["aborted"]) == (4.0, 4.0, 0.0)
+    assert counts["resumed"] == float(len(resumable))
     again = flatten(groups)
     assert sorted(s.label for s in again) == ["1"] * 4
     for sample in again:

@@ -2,8 +2,9 @@
 
 Scores only the model's final assistant text, accepts an answer when slime's Minerva
 ("Answer: ...") or strict-boxed mode accepts it, checks equivalence beyond string equality
-(numbers, fractions, then math-verify in a worker process with a hard deadline), and can apply
-the strands example's tool-use shaping to wrong training answers (off by default).
+(numbers, fractions, then math-verify in a worker process with a hard deadline), takes DAPO's soft
+overlong punishment off training responses that run into the episode budget, and can apply the
+strands example's tool-use shaping to wrong training answers (off by default).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from strands_slime.reward.math_answer import AnswerCheck, check_answer_async, ge
 __all__ = [
     "RewardConfig",
     "compute_reward",
+    "overlong_penalty",
     "preset_reward",
     "reward_details",
     "reward_func",
@@ -105,6 +107,25 @@ def shape_reward(raw_reward: float, correct: bool, tool_count: int | None, confi
     return min(config.linear_cap, shaped)
 
 
+def overlong_penalty(response_length: Any, max_response_len: Any, config: RewardConfig) -> float:
+    """DAPO's soft overlong punishment (<= 0): nothing up to ``max_response_len - buffer`` tokens, then
+    linearly down to ``-overlong_penalty`` at the budget (and beyond it).
+
+    0.0 when it is off or a length is unknown (a sample of another generate function, no budget in args).
+    """
+    buffer = config.overlong_buffer_tokens
+    if buffer is None or config.overlong_penalty == 0:
+        return 0.0
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (response_length, max_response_len)):
+        return 0.0
+    if max_response_len <= 0:
+        return 0.0
+    excess = response_length - (max_response_len - buffer)
+    if excess <= 0:
+        return 0.0
+    return -config.overlong_penalty * min(1.0, excess / buffer)
+
+
 # ----------------------------------------------------------------------------------------------
 # reward_func
 # ----------------------------------------------------------------------------------------------
@@ -151,10 +172,14 @@ def _config_for(args: Any) -> RewardConfig:
     return get_rollout_config(args).reward
 
 
-async def compute_reward(sample: Any, config: RewardConfig) -> dict[str, Any]:
-    """Score one sample; returns ``{score, acc, pred, raw_score, shaped, reason, source, method, ...}``.
+async def compute_reward(
+    sample: Any, config: RewardConfig, max_response_len: int | None = None
+) -> dict[str, Any]:
+    """Score one sample; returns ``{score, acc, pred, raw_score, shaped, overlong_penalty, reason, ...}``.
 
-    ``score`` is the (possibly shaped) reward, ``raw_score`` the unshaped one, ``acc`` DAPO accuracy.
+    ``score`` is the training reward (shaped, and less :func:`overlong_penalty` against
+    ``max_response_len``, the episode budget), ``raw_score`` the bare verdict, ``acc`` DAPO accuracy.
+    Evaluation samples get the bare verdict.
     """
     metadata = getattr(sample, "metadata", None)
     evaluation = _is_evaluation(metadata)
@@ -174,7 +199,11 @@ async def compute_reward(sample: Any, config: RewardConfig) -> dict[str, Any]:
     )
     raw_score = config.correct_reward if check.correct else config.incorrect_reward
     tool_count = _tool_count(sample, metadata, config.shaping_count)
-    score = raw_score if evaluation else shape_reward(raw_score, check.correct, tool_count, config)
+    penalty = 0.0
+    score = raw_score
+    if not evaluation:
+        penalty = overlong_penalty(getattr(sample, "response_length", None), max_response_len, config)
+        score = shape_reward(raw_score, check.correct, tool_count, config) + penalty
     return reward_details(
         config,
         score=score,
@@ -187,6 +216,7 @@ async def compute_reward(sample: Any, config: RewardConfig) -> dict[str, Any]:
         math_verify=check.math_verify,
         tool_count=tool_count,
         evaluation=evaluation,
+        overlong=penalty,
     )
 
 
@@ -203,6 +233,7 @@ def reward_details(
     method: str | None = None,
     math_verify: Any = None,
     tool_count: int | None = None,
+    overlong: float = 0.0,
 ) -> dict[str, Any]:
     """The one place the reward dict is built: scored, failed-to-score and preset rewards share its keys
     (slime's ``--log-reward-category`` reads a key from every sample's dict)."""
@@ -213,6 +244,7 @@ def reward_details(
         "pred": pred,
         "raw_score": float(raw),
         "shaped": score != raw,
+        "overlong_penalty": float(overlong),
         "reason": reason,
         "source": source,
         "method": method,
@@ -269,7 +301,7 @@ async def _reward_one(args: Any, sample: Any, config: RewardConfig) -> float | d
         evaluation = _is_evaluation(sample.metadata)
         return preset_reward(args, _infra_failure_reward(args), evaluation=evaluation, config=config)
     try:
-        details = await compute_reward(sample, config)
+        details = await compute_reward(sample, config, getattr(args, "rollout_max_response_len", None))
     except Exception:  # one malformed sample must never kill a rollout
         logger.exception("reward: scoring failed; the sample gets incorrect_reward")
         try:

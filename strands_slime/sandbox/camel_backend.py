@@ -1,21 +1,31 @@
 """Optional backend: camel-ai's ``SubprocessInterpreter``, for parity with slime's strands example.
 
-It runs each call as ``python <tempfile>`` with the caller's whole environment, no resource limits
-and no process-group kill; camel's API is synchronous, so each call holds one thread of a pool
-sized to ``max_concurrency``. Its single output string is split back into stdout, stderr and the
-exit code, which camel appends as text.
+It runs each call as ``python <tempfile>`` with a copy of the caller's environment, no resource
+limits and no process-group kill; camel's API is synchronous, so each call holds one thread of a
+pool sized to ``max_concurrency``. Its single output string is split back into stdout, stderr and
+the exit code, which camel appends as text.
+
+camel builds each child's environment as ``os.environ.copy()``; on a training node that holds the
+W&B key and Ray's auth token. The backend hands camel's module a ``subprocess`` whose ``Popen``
+passes :func:`~strands_slime.sandbox.environment.scrubbed` environments instead (nothing else of
+``subprocess`` changes, and no other module sees it). This keeps secrets out of what the code
+prints, not out of reach: camel's children run as the same user, unisolated.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import re
+import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
+from types import ModuleType
 from typing import Any
 
 from strands_slime.sandbox.base import SandboxError, importable_modules
 from strands_slime.sandbox.config import SandboxConfig
+from strands_slime.sandbox.environment import scrubbed
 from strands_slime.sandbox.result import ExecutionResult, ResultKind
 
 _RETURN_CODE = re.compile(r"\(Execution failed with return code (-?\d+)\)$")
@@ -48,6 +58,26 @@ def parse_camel_output(output: str) -> tuple[str, str, int]:
     return stdout, stderr, exit_code
 
 
+class _ScrubbedSubprocess:
+    """``subprocess`` as camel's interpreter module sees it: ``Popen`` never passes a secret on."""
+
+    _strands_slime_scrubbed = True
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(subprocess, name)
+
+    @staticmethod
+    def Popen(*args: Any, env: Any = None, **kwargs: Any) -> subprocess.Popen[Any]:
+        """``subprocess.Popen`` with the environment (``os.environ`` when not given) scrubbed."""
+        return subprocess.Popen(*args, env=scrubbed(os.environ if env is None else env), **kwargs)
+
+
+def scrub_camel_environment(module: ModuleType) -> None:
+    """Make camel's interpreter module start its children with scrubbed environments (idempotent)."""
+    if not getattr(module.subprocess, "_strands_slime_scrubbed", False):
+        module.subprocess = _ScrubbedSubprocess()
+
+
 class CamelBackend:
     """Runs code with camel's SubprocessInterpreter in a thread pool (no isolation)."""
 
@@ -66,11 +96,19 @@ class CamelBackend:
         """Create the thread pool. Raises ``SandboxError`` when camel-ai is not installed."""
         if self._executor is None:
             try:
-                from camel.interpreters import SubprocessInterpreter  # noqa: F401
+                from camel.interpreters import subprocess_interpreter
             except ImportError as exc:
                 raise SandboxError(
                     "the camel backend needs camel-ai: pip install 'strands-slime[camel]'"
                 ) from exc
+            if not isinstance(
+                getattr(subprocess_interpreter, "subprocess", None), ModuleType | _ScrubbedSubprocess
+            ):
+                raise SandboxError(
+                    "this camel-ai version does not start code through its module's subprocess: "
+                    "its environment could not be scrubbed of secrets"
+                )
+            scrub_camel_environment(subprocess_interpreter)
             self._executor = ThreadPoolExecutor(
                 max_workers=self.config.effective_max_concurrency, thread_name_prefix="camel-sandbox"
             )

@@ -7,6 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from strands_slime.sandbox.environment import is_secret_name
+
 #: Modules the zygote imports once so that every execution finds them already loaded.
 DEFAULT_PRELOAD_MODULES: tuple[str, ...] = ("math", "numpy", "sympy")
 
@@ -114,7 +116,8 @@ class SandboxConfig(BaseModel):
     )
     env: dict[str, str] = Field(
         default_factory=dict,
-        description="Extra environment variables for executed code (nothing is inherited).",
+        description="Extra environment variables for executed code (the zygote backend inherits nothing "
+        "else); names that look like credentials are refused.",
     )
     python_executable: str | None = Field(
         default=None, description="Interpreter for the zygote; default: the running interpreter."
@@ -148,6 +151,12 @@ class SandboxConfig(BaseModel):
         for key, item in value.items():
             if not key or "=" in key or "\0" in key or "\0" in item:
                 raise ValueError(f"env: invalid variable {key!r}")
+        secrets = sorted(key for key in value if is_secret_name(key))
+        if secrets:
+            raise ValueError(
+                f"env: {', '.join(secrets)} would hand a credential to model-written code "
+                "(names with KEY, TOKEN, SECRET, PASSWORD, AUTH, ... are refused)"
+            )
         return value
 
     @property
