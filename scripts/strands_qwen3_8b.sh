@@ -39,6 +39,9 @@ Environment (default). Every path must be absolute and the same on every node.
   NODE_IP (this node's address: MASTER_ADDR on rank 0, else the source address towards MASTER_ADDR)
   GPUS_PER_NODE (8)  RAY_PORT (6379)  RAY_DASHBOARD_PORT (8265)  RAY_DASHBOARD_HOST (127.0.0.1)
   RAY_WAIT_TIMEOUT (900 s)  RAY_STOP_TIMEOUT (60 s)  RAY_POLL_INTERVAL (5 s)
+  RAY_NODE_RESOURCES (unset; a JSON object of custom Ray resources this node offers, e.g.
+  '{"rollout_cpu": 32}': its spare cores for the rollout's Ray episode workers and sandbox actors,
+  see docs/training.md "CPU for the rollout")
   RUN_DIR (/tmp/strands-slime-$UID-$RAY_PORT, keep it short: this node's PID files,
   launcher log and Ray temp dir)
   NUM_ROLLOUT (3000)  ROLLOUT_BATCH_SIZE (16)  OVER_SAMPLING_BATCH_SIZE (2 x ROLLOUT_BATCH_SIZE)
@@ -147,6 +150,14 @@ WANDB_GROUP="${WANDB_GROUP:-qwen3-8b-strands-math}"
 KILL_STALE="${KILL_STALE:-0}"
 REUSE_RAY="${REUSE_RAY:-0}"
 KEEP_RAY="${KEEP_RAY:-0}"
+RAY_NODE_RESOURCES="${RAY_NODE_RESOURCES:-}"
+RAY_RESOURCE_ARGS=()
+if [[ -n "$RAY_NODE_RESOURCES" ]]; then
+    python3 -c 'import json, sys; value = json.loads(sys.argv[1]); assert isinstance(value, dict) and all(isinstance(v, (int, float)) and v >= 0 for v in value.values())' \
+        "$RAY_NODE_RESOURCES" 2>/dev/null ||
+        die "RAY_NODE_RESOURCES must be a JSON object of resource amounts, e.g. '{\"rollout_cpu\": 32}', got '$RAY_NODE_RESOURCES'"
+    RAY_RESOURCE_ARGS=(--resources "$RAY_NODE_RESOURCES")
+fi
 # Cluster-wide W&B options for the job's runtime env. Node-specific settings (SLIME_HOST_IP,
 # NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME, NCCL_IB_HCA, HF_HOME, proxies) and the W&B key reach each
 # node's Ray processes through the environment of that node's `ray start`, never through the job's
@@ -784,7 +795,7 @@ if ((NODE_RANK == 0)); then
         fi
     else
         start_ray_node --head --node-ip-address "$NODE_IP" --port "$RAY_PORT" --temp-dir "$RAY_TEMP_DIR" \
-            --num-gpus "$GPUS_PER_NODE" --disable-usage-stats \
+            --num-gpus "$GPUS_PER_NODE" --disable-usage-stats "${RAY_RESOURCE_ARGS[@]}" \
             --dashboard-host "$RAY_DASHBOARD_HOST" --dashboard-port "$RAY_DASHBOARD_PORT"
         dry_run || wait_until_head_is_up "ray start did not bring it up"
     fi
@@ -809,7 +820,7 @@ else
     fi
     check_shared_save_dir
     start_ray_node --address "$MASTER_ADDR:$RAY_PORT" --node-ip-address "$NODE_IP" \
-        --num-gpus "$GPUS_PER_NODE" --disable-usage-stats
+        --num-gpus "$GPUS_PER_NODE" --disable-usage-stats "${RAY_RESOURCE_ARGS[@]}"
     if ! dry_run; then
         status=0
         wait "$RAY_NODE_PID" || status=$?

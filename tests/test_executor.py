@@ -75,6 +75,48 @@ async def test_unpicklable_args_field_fails_at_start() -> None:
     assert not any(get_runtime().executors.values())
 
 
+def test_ray_settings_are_validated_in_one_line() -> None:
+    for settings, expected in [
+        ({"backend": "ray"}, "backend: ray needs workers"),
+        ({"resources": {"CPU": 1}}, "resources only apply with backend: ray"),
+        ({"backend": "ray", "workers": 1, "resources": {"GPU": 1}}, "GPU is refused"),
+        ({"backend": "ray", "workers": 1, "resources": {"CPU": -1}}, "finite amount >= 0"),
+        ({"backend": "ray", "workers": 1, "oversubscribe": True}, "oversubscribe only applies"),
+        ({"backend": "spark", "workers": 1}, "executor.backend"),
+    ]:
+        with pytest.raises(ConfigError) as caught:
+            parse_config({"executor": settings})
+        assert expected in str(caught.value) and "\n" not in str(caught.value), (settings, caught.value)
+    config = parse_config({"executor": {"backend": "ray", "workers": 2}})
+    assert config.executor.resources == {"CPU": 1.0} and config.executor.strategy == "SPREAD"
+    with pytest.raises(ConfigError, match="ray_actors only apply with backend: ray"):
+        parse_config({"sandbox": {"ray_actors": 4}})
+
+
+@pytest.mark.parametrize(
+    ("config", "expected"),
+    [
+        (
+            {"tools": [], "executor": {"backend": "ray", "workers": 1}},
+            "executor.backend: ray needs the ray package",
+        ),
+        ({"sandbox": {"backend": "ray"}}, "sandbox.backend: ray needs the ray package"),
+    ],
+    ids=["executor", "sandbox"],
+)
+async def test_ray_backends_without_ray_are_one_config_line(
+    monkeypatch: pytest.MonkeyPatch, config: dict[str, Any], expected: str
+) -> None:
+    """Where ray is not installed (the Python 3.10 lane; simulated here): the first generate stops the job."""
+    monkeypatch.setitem(sys.modules, "ray", None)  # what an environment without the package gives
+    args = make_args("http://127.0.0.1:9")
+    args.strands_slime = config
+    with pytest.raises(ConfigError) as caught:
+        await generate(args, new_sample("plain"), dict(PARAMS))
+    assert str(caught.value).startswith(expected) and "\n" not in str(caught.value)
+    assert not any(get_runtime().executors.values()), "nothing was started"
+
+
 def executor_children() -> set[int]:
     """Live child processes of this test process that run the executor's worker."""
     found = set()

@@ -47,6 +47,7 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from strands_slime.config import ConfigError, ExecutorConfig
+from strands_slime.ray_actors import DEFAULT_RESOURCES, actor_options, death_reason, one_line
 
 logger = logging.getLogger(__name__)
 
@@ -56,11 +57,6 @@ MAX_EPISODES_PER_ACTOR = 1_000_000
 """The actor's ``max_concurrency``: Ray queues calls past it; the executor bounds episodes itself."""
 CONTROL_GROUP = "control"
 """The concurrency group of aborts, drops, cancels and the death watch: never behind episodes."""
-
-
-def _one_line(text: Any, limit: int = 400) -> str:
-    line = " ".join(str(text).split())
-    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 class EpisodeActor:
@@ -94,16 +90,6 @@ class EpisodeActor:
         import ray
 
         return ray.get_runtime_context().get_node_id(), os.getpid()
-
-
-def death_reason(exc: BaseException) -> str:
-    """Ray's reason for an actor's death in a few words (``its node has died``)."""
-    for line in str(exc).splitlines():
-        line = line.strip()
-        for opening in ("The actor is dead because ", "The actor died because "):
-            if line.startswith(opening):
-                return "Ray: " + _one_line(line.removeprefix(opening).split(". ")[0].rstrip("."), 200)
-    return f"Ray: {type(exc).__name__}: {_one_line(exc, 200)}"
 
 
 class RayLink:
@@ -167,7 +153,7 @@ class RayLink:
                 except ray.exceptions.TaskCancelledError:
                     continue
                 except Exception as exc:  # a call that failed in Ray itself: the actor is not usable
-                    self._death = f"Ray: {type(exc).__name__}: {_one_line(exc, 200)}"
+                    self._death = f"Ray: {type(exc).__name__}: {one_line(exc, 200)}"
                     return
                 for payload in payloads or ():
                     yield payload
@@ -206,7 +192,7 @@ def check_cluster(
 ) -> None:
     """Refuse resources no node has and more actors than the cluster's free resources hold."""
     workers = settings.workers or 0
-    need = {name: amount for name, amount in (settings.resources or {"CPU": 1.0}).items() if amount > 0}
+    need = {name: amount for name, amount in (settings.resources or DEFAULT_RESOURCES).items() if amount > 0}
     alive = [node for node in nodes if node.get("Alive")]
     known = sorted({name for node in alive for name in node.get("Resources", {})} - {"object_store_memory"})
     for name in need:
@@ -241,7 +227,7 @@ def _connect_and_check(settings: ExecutorConfig) -> None:
         except Exception as exc:
             raise ConfigError(
                 f"executor.address={settings.address!r}: cannot connect to a Ray cluster: "
-                f"{type(exc).__name__}: {_one_line(exc)}"
+                f"{type(exc).__name__}: {one_line(exc)}"
             ) from exc
     check_cluster(settings, ray.nodes(), ray.available_resources())
 
@@ -267,28 +253,18 @@ class RayBackend:
 
     def actor_options(self) -> dict[str, Any]:
         """``ray.remote`` options of one episode actor."""
-        resources = dict(self.settings.resources or {"CPU": 1.0})
-        options: dict[str, Any] = {
-            "num_cpus": resources.pop("CPU", 0.0),
-            "num_gpus": 0,
-            "max_restarts": 0,
-            "max_task_retries": 0,
-            "max_concurrency": MAX_EPISODES_PER_ACTOR,
-            "concurrency_groups": {CONTROL_GROUP: 8},
-            "scheduling_strategy": self.settings.strategy,
-        }
-        if "memory" in resources:
-            options["memory"] = resources.pop("memory")
-        if resources:
-            options["resources"] = resources
-        return options
+        return actor_options(
+            self.settings.resources,
+            self.settings.strategy,
+            max_concurrency=MAX_EPISODES_PER_ACTOR,
+        )
 
     async def launch(self, index: int) -> RayLink:
         """Create one actor (Ray places it when it can; :class:`RayLink` waits for its replies)."""
         import ray
 
         if self._actor_class is None:
-            self._actor_class = ray.remote(EpisodeActor)
+            self._actor_class = ray.remote(concurrency_groups={CONTROL_GROUP: 8})(EpisodeActor)
         actor = self._actor_class.options(**self.actor_options()).remote()
         return RayLink(actor)
 
