@@ -41,6 +41,12 @@ def actor_options(resources: Mapping[str, float] | None, strategy: str, **extra:
     return options
 
 
+def actor_gone_errors(ray: Any) -> tuple[type[BaseException], ...]:
+    """The exceptions of ``ray`` that say an actor is gone or unreachable (older releases lack some)."""
+    names = ("RayActorError", "ActorUnavailableError")
+    return tuple(getattr(ray.exceptions, name) for name in names if hasattr(ray.exceptions, name))
+
+
 def death_reason(exc: BaseException) -> str:
     """Ray's reason for an actor's death in a few words: ``Ray: its node has died``."""
     for line in str(exc).splitlines():

@@ -47,7 +47,13 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from strands_slime.config import ConfigError, ExecutorConfig
-from strands_slime.ray_actors import DEFAULT_RESOURCES, actor_options, death_reason, one_line
+from strands_slime.ray_actors import (
+    DEFAULT_RESOURCES,
+    actor_gone_errors,
+    actor_options,
+    death_reason,
+    one_line,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -69,8 +75,10 @@ class EpisodeActor:
         """Warm up (tokenizer, sandbox, server) and report ``ready`` with this actor's node."""
         import ray
 
-        node_id = ray.get_runtime_context().get_node_id()
-        where = {"where": f"node {ray.util.get_node_ip_address()} {node_id[:8]}", "node_id": node_id}
+        context = ray.get_runtime_context()
+        node_id, actor_id = context.get_node_id(), context.get_actor_id() or ""
+        place = f"Ray actor {actor_id[:8]}, pid {os.getpid()} on node {ray.util.get_node_ip_address()} {node_id[:8]}"
+        where = {"where": place, "node_id": node_id}
         return [await self._runner.init(pickle.loads(payload), where)]
 
     async def run(self, payload: bytes) -> list[bytes]:
@@ -99,7 +107,6 @@ class RayLink:
     def __init__(self, actor: Any) -> None:
         self.actor = actor
         self.pid: int | None = None
-        self.actor_id = actor._actor_id.hex()[:8]
         self._loop = asyncio.get_running_loop()
         self._arrivals: asyncio.Queue[concurrent.futures.Future[Any]] = asyncio.Queue()
         self._pending: set[Any] = set()
@@ -108,9 +115,8 @@ class RayLink:
         self._track(actor.watch.options(concurrency_group=CONTROL_GROUP).remote())
 
     def describe(self, pid: int | None, where: str | None) -> str:
-        """``Ray actor 1a2b3c4d, pid 1234 on node 10.0.0.3 5e6f7a8b``."""
-        placed = f", pid {pid} on {where}" if pid is not None else ""
-        return f"Ray actor {self.actor_id}{placed}"
+        """``Ray actor 1a2b3c4d, pid 1234 on node 10.0.0.3 5e6f7a8b``, as the actor reported it."""
+        return where or "a Ray actor not placed or started yet"
 
     def _track(self, ref: Any) -> None:
         self._pending.add(ref)
@@ -142,12 +148,13 @@ class RayLink:
         """The replies of every finished call; ends at the first sign of the actor's death."""
         import ray
 
+        gone = actor_gone_errors(ray)
         try:
             while True:
                 done = await self._arrivals.get()
                 try:
                     payloads = done.result()
-                except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
+                except gone as exc:
                     self._death = death_reason(exc)
                     return
                 except ray.exceptions.TaskCancelledError:
@@ -158,6 +165,7 @@ class RayLink:
                 for payload in payloads or ():
                     yield payload
         finally:
+            self.kill()  # unreachable may not mean dead: its episodes were failed, it must not go on
             self._gone.set()
 
     async def death(self) -> str:

@@ -28,7 +28,7 @@ import math
 import os
 from typing import Any, NamedTuple
 
-from strands_slime.ray_actors import actor_options, death_reason, one_line
+from strands_slime.ray_actors import actor_gone_errors, actor_options, death_reason, one_line
 from strands_slime.sandbox.base import SandboxError, SandboxMisconfigured
 from strands_slime.sandbox.config import SandboxConfig
 from strands_slime.sandbox.result import ExecutionResult, ResultKind
@@ -205,7 +205,7 @@ class RayBackend:
         except asyncio.CancelledError:
             ray.cancel(ref)
             raise
-        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
+        except actor_gone_errors(ray) as exc:
             reason = death_reason(exc)
             self._lost(member, reason)
             elapsed = asyncio.get_running_loop().time() - started
@@ -218,6 +218,10 @@ class RayBackend:
             return
         member.dead = reason
         self._members.remove(member)
+        with contextlib.suppress(Exception):  # unreachable may not mean dead: it must not go on
+            import ray
+
+            ray.kill(member.actor, no_restart=True)
         logger.error("sandbox actor (pid %s) died (%s); starting a replacement", member.pid, reason)
         task = asyncio.ensure_future(self._replace())
         self._replacing.add(task)
