@@ -16,8 +16,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import threading
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -26,7 +24,7 @@ import pytest
 import pytest_asyncio
 import slime_harness
 from ray_cluster import EPISODE_RESOURCE, SANDBOX_RESOURCE, node_of, ray_cluster  # noqa: F401  (the module's cluster fixture)
-from test_executor import IN_PROCESS, QUESTIONS, comparable
+from test_executor import IN_PROCESS, QUESTIONS, abort_reaches_every_worker, comparable, one_worker_dies
 from test_executor_slime import over_sampling_abort_and_partial_rollout
 from test_rollout import PARAMS, SCRIPT, check_invariants, make_args, new_sample
 from test_slime_integration import SCRIPT as SLIME_SCRIPT
@@ -37,7 +35,6 @@ from strands_slime import generate
 from strands_slime.config import ConfigError, get_rollout_config
 from strands_slime.devserver import DevServer
 from strands_slime.rollout import executor
-from strands_slime.rollout.slime_compat import Sample
 from strands_slime.runtime import get_runtime
 from strands_slime.sandbox import Sandbox, SandboxConfig
 from strands_slime.sandbox.result import ResultKind
@@ -170,34 +167,7 @@ async def test_actors_spread_over_nodes_and_give_the_in_process_result(
 async def test_abort_reaches_every_actor_within_100_ms_and_nothing_is_sent_after(
     server: DevServer, actors: executor.EpisodeExecutor
 ) -> None:
-    aborted = threading.Event()
-    args = ray_args(server.url, abort_event=aborted)
-    before = len(server.request_log)
-    server.scheduler.latency = 600.0  # the server never answers
-    try:
-        tasks = [asyncio.ensure_future(generate(args, new_sample("plain"), dict(PARAMS))) for _ in range(8)]
-        await wait_until(lambda: len(server.request_log) >= before + 8, what="8 requests at the server")
-        seen = len(actors.stats.abort_seen_at)
-        set_at = time.monotonic()
-        aborted.set()
-        samples = await asyncio.wait_for(asyncio.gather(*tasks), 10)
-        returned = time.monotonic() - set_at
-    finally:
-        server.scheduler.latency = 0.0
-    assert all(s.status == Sample.Status.ABORTED for s in samples)
-    assert all(s.metadata["abort_source"] == "slime" and not s.remove_sample for s in samples)
-    # each actor's acknowledgment is its own call's reply: it may come after the episodes' replies
-    await wait_until(lambda: len(actors.stats.abort_seen_at) >= seen + WORKERS, what="every actor's ack")
-    propagation = [t - set_at for t in actors.stats.abort_seen_at[seen:]]
-    assert len(propagation) == WORKERS, "every actor acknowledged the abort once"
-    assert max(propagation) < 0.1, propagation
-    assert returned < 1.0, returned
-    assert len(server.request_log) == before + 8, "no request after the abort"
-    sample = await generate(args, new_sample("plain"), dict(PARAMS))  # dispatched after it: sends nothing
-    assert sample.status == Sample.Status.ABORTED and len(server.request_log) == before + 8
-    aborted.clear()  # slime resets its flag for the next rollout
-    sample = await generate(args, new_sample("plain"), dict(PARAMS))
-    assert sample.status == Sample.Status.COMPLETED
+    await abort_reaches_every_worker(server, actors, ray_args, WORKERS)
 
 
 # ---------------------------------------------------------------------- the sandbox's actor pool
@@ -245,43 +215,6 @@ async def test_sandbox_calls_run_in_an_actor_pool_and_a_dead_actor_is_an_infra_r
 # ---------------------------------------------------------------------- dead actors
 
 
-async def fail_one_worker(
-    server: DevServer, actors: executor.EpisodeExecutor, kill: Any
-) -> tuple[list[Sample], str]:
-    """4 episodes waiting on the server (2 per actor); ``kill(worker)`` one actor's worker; returns the
-    samples that came back at once (the dead worker's) and its name."""
-    started = actors.stats.workers_started
-    aborted = threading.Event()
-    args = ray_args(server.url, abort_event=aborted)
-    before = len(server.request_log)
-    server.scheduler.latency = 600.0
-    try:
-        tasks = [asyncio.ensure_future(generate(args, new_sample("plain"), dict(PARAMS))) for _ in range(4)]
-        await wait_until(lambda: len(server.request_log) >= before + 4, what="4 requests at the server")
-        victim = kill()
-        await wait_until(lambda: sum(t.done() for t in tasks) >= 2, what="the dead actor's episodes")
-        failed = [t.result() for t in tasks if t.done()]
-        aborted.set()
-        rest = await asyncio.wait_for(asyncio.gather(*(t for t in tasks if not t.done())), 10)
-    finally:
-        server.scheduler.latency = 0.0
-    assert len(failed) == 2 and len(rest) == 2, "exactly the dead actor's episodes failed"
-    assert all(s.status == Sample.Status.ABORTED for s in rest)
-    for sample in failed:
-        assert sample.status == Sample.Status.FAILED and sample.remove_sample
-        check_invariants(sample)
-    await wait_until(
-        lambda: actors.stats.workers_started == started + 1 and len(actors.worker_pids) == WORKERS,
-        timeout=120,
-        what="the replacement actor",
-    )
-    results = await asyncio.gather(
-        *(generate(ray_args(server.url), new_sample("plain"), dict(PARAMS)) for _ in range(4))
-    )
-    assert all(s.status == Sample.Status.COMPLETED for s in results)
-    return failed, victim
-
-
 @shared_loop
 async def test_a_killed_actor_fails_exactly_its_episodes_and_is_replaced(
     server: DevServer, actors: executor.EpisodeExecutor
@@ -291,7 +224,7 @@ async def test_a_killed_actor_fails_exactly_its_episodes_and_is_replaced(
         os.kill(pid, signal.SIGKILL)  # the actor's process, on this machine's node
         return pid
 
-    failed, victim = await fail_one_worker(server, actors, kill)
+    failed, victim = await one_worker_dies(server, actors, ray_args, WORKERS, kill)
     for sample in failed:
         reason = sample.metadata["infra_error"]
         assert reason.startswith("WorkerDied: executor worker") and "Ray actor" in reason, reason
@@ -314,7 +247,7 @@ async def test_a_lost_node_fails_exactly_its_episodes_and_a_replacement_is_place
         ray_cluster.remove_node(node_of(ray_cluster, victim))
         return victim
 
-    failed, victim = await fail_one_worker(server, actors, kill)
+    failed, victim = await one_worker_dies(server, actors, ray_args, WORKERS, kill)
     for sample in failed:
         reason = sample.metadata["infra_error"]
         assert f"{victim[:8]}) died (Ray: its node has died)" in reason, reason
