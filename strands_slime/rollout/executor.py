@@ -31,9 +31,10 @@ aborts, crashes, replacement, lifetime) and the local processes, each worker rea
   stop the workers. A worker that dies fails its in-flight episodes at once (FAILED,
   removed, ``metadata.infra_error`` says which worker died and how) and is replaced in the background.
 * **Misconfiguration** fails the first ``generate`` call with one :class:`ConfigError` line:
-  ``workers < 1`` (config validation), more workers than usable CPU cores without
-  ``oversubscribe: true``, an ``args`` field or config that cannot be pickled, a worker that cannot
-  start (its tokenizer, its sandbox) or does not start within ``start_timeout_s``.
+  ``workers < 1`` (config validation), more local workers than usable CPU cores without
+  ``oversubscribe: true`` (the Ray backend's own checks: :mod:`~strands_slime.rollout.executor_ray`),
+  an ``args`` field or config that cannot be pickled, a worker that cannot start (its tokenizer, its
+  sandbox) or does not start within ``start_timeout_s``.
 """
 
 from __future__ import annotations
