@@ -1,16 +1,22 @@
-"""Episode executor: turns/s and slime's loop stall, in-process vs N worker processes (issue 17).
+"""Episode executor: turns/s and slime's loop stall, in-process vs N worker processes vs N Ray actors
+(issues 17 and 31).
 
     python benchmarks/bench_executor.py                          # 256/1024/4096 episodes; in-process, 1, 2, N workers
     python benchmarks/bench_executor.py --concurrency 256 --workers 0 2 --json
     python benchmarks/bench_executor.py --tool-turns 0           # one model call per episode, no sandbox
+    python benchmarks/bench_executor.py --workers 2 --ray-workers 2   # local processes vs Ray actors
+    python benchmarks/bench_executor.py --workers --ray-workers 16 64 --ray-address auto  # on a Ray cluster
 
 Stands in for slime's rollout process: one event loop calls ``strands_slime.generate`` for C samples
 at the same instant (slime's ``asyncio.gather``), with the shipped configuration (real sandbox tool)
 plus ``executor: {workers: W}``; ``W = 0`` is the in-process path. Every episode makes
 ``--tool-turns`` Python tool calls (``print(6 * 7)``) and then answers, against the scripted dev
-server in its own process (``--latency``, default 0). Each (W, C) case runs in a fresh process: a
-warm-up of a few episodes first (it starts the workers, the sandbox, the tokenizer), then C episodes
-are measured.
+server in its own process (``--latency``, default 0). ``--ray-workers W`` runs the same episodes in W
+Ray actors (``executor: {backend: ray}``): on a Ray instance this case starts on this machine
+(``num_cpus`` = the usable cores, at least W), or on the cluster ``--ray-address`` names (``auto``
+from a node of it; the dev server must then listen where the actors reach it: ``--host``). Each
+case runs in a fresh process: a warm-up of a few episodes first (it starts the workers, the sandbox,
+the tokenizer), then C episodes are measured.
 
 Reported per case:
 
@@ -18,8 +24,9 @@ Reported per case:
 * **loop stall**: a 2 ms ticker on slime's loop records how late it wakes (wall p99 / max) and the
   CPU of the loop's thread between two wakes (``time.thread_time``: what one loop iteration cost,
   which other processes on a shared machine do not inflate);
-* **CPU ms/turn**: of slime's process (all threads), of the workers (``/proc``; the sandbox's
-  processes are left out in both paths);
+* **CPU ms/turn**: of slime's process (all threads: Ray's own threads in it included), of the
+  workers (``/proc``, so only workers on this machine; the sandbox's processes are left out in all
+  paths);
 * **crossing**: bytes per episode both ways and the CPU slime's loop spent encoding the episode and
   decoding and applying its result (µs per episode), and the workers' packing time.
 
@@ -115,10 +122,12 @@ def _proc_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _slime_args(url: str, workers: int, concurrency: int) -> SimpleNamespace:
+def _slime_args(url: str, workers: int, concurrency: int, backend: str = "local") -> SimpleNamespace:
     host, port = url.removeprefix("http://").rsplit(":", 1)
     config: dict[str, Any] = {}
-    if workers:
+    if workers and backend == "ray":
+        config["executor"] = {"backend": "ray", "workers": workers}
+    elif workers:
         config["executor"] = {"workers": workers, "oversubscribe": True}
     return SimpleNamespace(
         sglang_router_ip=host,
@@ -138,13 +147,13 @@ def _slime_args(url: str, workers: int, concurrency: int) -> SimpleNamespace:
     )
 
 
-async def measure(url: str, workers: int, concurrency: int) -> dict[str, Any]:
+async def measure(url: str, workers: int, concurrency: int, backend: str = "local") -> dict[str, Any]:
     """One case in this process: warm up, then ``concurrency`` episodes at once."""
     from strands_slime import generate
     from strands_slime.rollout import executor
     from strands_slime.rollout.slime_compat import Sample
 
-    args = _slime_args(url, workers, concurrency)
+    args = _slime_args(url, workers, concurrency, backend)
     params = {"temperature": 1.0, "max_new_tokens": 4096, "skip_special_tokens": False, "no_stop_trim": True}
 
     def samples(count: int, offset: int) -> list[Any]:
@@ -164,6 +173,11 @@ async def measure(url: str, workers: int, concurrency: int) -> dict[str, Any]:
         running = await executor.get_executor(args, get_rollout_config(args))
         base = executor.ExecutorStats(**vars(running.stats))
         worker_pids = running.worker_pids
+        if backend == "ray":  # /proc sees only the actors on this machine's node
+            import ray
+
+            here = ray.get_runtime_context().get_node_id()
+            worker_pids = [p for p, n in zip(worker_pids, running.worker_nodes, strict=True) if n == here]
     batch = samples(concurrency, 0)
     gc.collect()
     ticker = LoopTicker()
@@ -181,6 +195,7 @@ async def measure(url: str, workers: int, concurrency: int) -> dict[str, Any]:
     for sample in done:
         statuses[sample.status.name] = statuses.get(sample.status.name, 0) + 1
     result: dict[str, Any] = {
+        "backend": backend if workers else "in-process",
         "workers": workers,
         "concurrency": concurrency,
         "episodes": len(done),
@@ -255,20 +270,49 @@ def codec_cost(tokens: int, repeats: int = 200) -> dict[str, Any]:
     }
 
 
-def run_case(workers: int, concurrency: int, tool_turns: int, latency: float) -> dict[str, Any]:
+def _connect_ray(workers: int, address: str | None) -> None:
+    """This process as slime's rollout actor: connected to a Ray cluster (a new one on this machine
+    without ``address``)."""
+    import logging
+
+    import ray
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if address:
+        ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
+    else:
+        ray.init(
+            num_cpus=max(workers, machine()["cores"]),
+            include_dashboard=False,
+            log_to_driver=False,
+            logging_level=logging.WARNING,
+        )
+
+
+def run_case(
+    workers: int,
+    concurrency: int,
+    tool_turns: int,
+    latency: float,
+    backend: str = "local",
+    ray_address: str | None = None,
+    host: str = "127.0.0.1",
+) -> dict[str, Any]:
     """A fresh server and this process's measurement (call it in a fresh process)."""
     from strands_slime.devserver import DevServerProcess
     from strands_slime.provider.tokenizer import load_tokenizer
 
     load_tokenizer(None)  # slime's GenerateState has loaded it before any generate runs
+    if backend == "ray":
+        _connect_ray(workers, ray_address)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "script.json"
         path.write_text(json.dumps(script(tool_turns)))
         server_args = ["--backend", "scripted", "--script", str(path), "--log-level", "warning"]
         server_args += ["--max-running-requests", str(max(concurrency, 64)), "--request-log-size", "1"]
-        server_args += ["--latency", str(latency)]
+        server_args += ["--latency", str(latency), "--host", host]
         with DevServerProcess(server_args) as server:
-            return asyncio.run(measure(server.url, workers, concurrency))
+            return asyncio.run(measure(server.url, workers, concurrency, backend))
 
 
 def machine() -> dict[str, Any]:
@@ -286,7 +330,7 @@ def machine() -> dict[str, Any]:
 def table(results: list[dict[str, Any]]) -> str:
     """The results as a Markdown table (one row per case)."""
     lines = [
-        "| concurrent episodes | workers | turns/s | loop lag p99 / max ms | loop CPU per iteration p99 / max ms "
+        "| concurrent episodes | where episodes run | turns/s | loop lag p99 / max ms | loop CPU per iteration p99 / max ms "
         "| slime CPU ms/turn | workers CPU ms/turn | bytes per episode (to / from) | slime µs per episode "
         "| load avg before / after |",
         "|---|---|---|---|---|---|---|---|---|---|",
@@ -299,12 +343,19 @@ def table(results: list[dict[str, Any]]) -> str:
         )
         codec = str(r.get("slime_codec_us_per_episode", "–"))
         lines.append(
-            f"| {r['concurrency']} | {r['workers'] or 'in-process'} | {r['turns_per_s']} "
+            f"| {r['concurrency']} | {_where(r)} | {r['turns_per_s']} "
             f"| {r['loop_lag_p99_ms']} / {r['loop_lag_max_ms']} | {r['loop_cpu_p99_ms']} / {r['loop_cpu_max_ms']} "
             f"| {r['slime_cpu_ms_per_turn']} | {r['worker_cpu_ms_per_turn'] or '–'} | {crossing} | {codec} "
             f"| {r['load_before']} / {r['load_after']} |"
         )
     return "\n".join(lines)
+
+
+def _where(result: dict[str, Any]) -> str:
+    if not result["workers"]:
+        return "in-process"
+    kind = "Ray actors" if result.get("backend") == "ray" else "processes"
+    return f"{result['workers']} {kind}"
 
 
 def codec_table(rows: list[dict[str, Any]]) -> str:
@@ -333,14 +384,39 @@ def main(argv: list[str] | None = None) -> int:
         nargs="+",
         help="worker counts to compare, 0 = in-process (default: 0 1 2 N, N = usable cores)",
     )
+    parser.add_argument(
+        "--ray-workers",
+        type=int,
+        nargs="*",
+        default=[],
+        help="Ray actor counts to compare (executor backend ray; needs the ray package)",
+    )
+    parser.add_argument(
+        "--ray-address",
+        help="run the Ray cases on this cluster (e.g. auto) instead of a Ray instance on this machine",
+    )
+    parser.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="where the dev server listens (on a cluster: an address of this node the actors reach)",
+    )
     parser.add_argument("--tool-turns", type=int, default=2, help="tool calls per episode before the answer")
     parser.add_argument("--latency", type=float, default=0.0, help="server seconds before each reply")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     parser.add_argument("--codec-only", action="store_true", help="only the crossing cost of large samples")
     parser.add_argument("--case", nargs=2, type=int, metavar=("WORKERS", "C"), help=argparse.SUPPRESS)
+    parser.add_argument("--case-backend", default="local", help=argparse.SUPPRESS)
     options = parser.parse_args(argv)
     if options.case:
-        result = run_case(options.case[0], options.case[1], options.tool_turns, options.latency)
+        result = run_case(
+            options.case[0],
+            options.case[1],
+            options.tool_turns,
+            options.latency,
+            options.case_backend,
+            options.ray_address,
+            options.host,
+        )
         print(json.dumps(result))
         return 0
     codec = [codec_cost(tokens) for tokens in (2_000, 16_000, 64_000)]
@@ -351,20 +427,23 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--concurrency must be >= 1, --tool-turns and --latency >= 0")
     cores = machine()["cores"]
     workers = options.workers if options.workers is not None else sorted({0, 1, 2, cores})
-    if any(w < 0 for w in workers):
-        parser.error("--workers must be >= 0")
+    if any(w < 0 for w in workers) or any(w < 1 for w in options.ray_workers):
+        parser.error("--workers must be >= 0, --ray-workers >= 1")
+    cases = [("local", count) for count in workers] + [("ray", count) for count in options.ray_workers]
     results = []
     for concurrency in options.concurrency:
-        for count in workers:
+        for backend, count in cases:
             load_before = round(os.getloadavg()[0], 2)
             command = [sys.executable, __file__, "--case", str(count), str(concurrency)]
             command += ["--tool-turns", str(options.tool_turns), "--latency", str(options.latency)]
+            command += ["--case-backend", backend, "--host", options.host]
+            command += ["--ray-address", options.ray_address] if options.ray_address else []
             output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
             result = json.loads(output.strip().splitlines()[-1])
             result.update(load_before=load_before, load_after=round(os.getloadavg()[0], 2))
             results.append(result)
             print(
-                f"C={concurrency} workers={count or 'in-process'}: {result['turns_per_s']} turns/s, "
+                f"C={concurrency} {_where(result)}: {result['turns_per_s']} turns/s, "
                 f"loop lag max {result['loop_lag_max_ms']} ms, loop CPU max {result['loop_cpu_max_ms']} ms",
                 file=sys.stderr,
             )
@@ -373,6 +452,7 @@ def main(argv: list[str] | None = None) -> int:
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": machine(),
         "tool_turns": options.tool_turns,
+        "ray_address": options.ray_address,
         "latency": options.latency,
         "results": results,
     }

@@ -57,6 +57,9 @@ Environment (default). Every path must be absolute and the same on every node.
   RAY_AUTH_TOKEN_FILE ($SAVE_DIR/.ray-auth-token, mode 600, written by the head)
   RUN_DIR ($SAVE_DIR/run: logs and run state, this node's under node$NODE_RANK/)
   RAY_TEMP_DIR (/tmp/strands-slime-$UID-$RAY_PORT: Ray's sockets and own logs; keep it short)
+  RAY_NODE_RESOURCES (unset; a JSON object of custom Ray resources this node offers, e.g.
+  '{"rollout_cpu": 32}': its spare cores for the rollout's Ray episode workers and sandbox actors,
+  see docs/training.md "CPU for the rollout")
   NUM_ROLLOUT (3000)  ROLLOUT_BATCH_SIZE (16)  OVER_SAMPLING_BATCH_SIZE (2 x ROLLOUT_BATCH_SIZE)
   N_SAMPLES_PER_PROMPT (8)  GLOBAL_BATCH_SIZE (128)  DYNAMIC_SAMPLING (1: drop zero-std groups)
   PARTIAL_ROLLOUT (1: episodes the over-sampling abort cuts off resume next step instead of being
@@ -213,6 +216,14 @@ REUSE_RAY="${REUSE_RAY:-0}"
 KEEP_RAY="${KEEP_RAY:-0}"
 # Set by this script for the launcher it detaches: the checks ran a moment ago in the same environment.
 LAUNCH_CHECKED="${LAUNCH_CHECKED:-0}"
+RAY_NODE_RESOURCES="${RAY_NODE_RESOURCES:-}"
+RAY_RESOURCE_ARGS=()
+if [[ -n "$RAY_NODE_RESOURCES" ]]; then
+    python3 -c 'import json, sys; value = json.loads(sys.argv[1]); assert isinstance(value, dict) and all(isinstance(v, (int, float)) and v >= 0 for v in value.values())' \
+        "$RAY_NODE_RESOURCES" 2>/dev/null ||
+        die "RAY_NODE_RESOURCES must be a JSON object of resource amounts, e.g. '{\"rollout_cpu\": 32}', got '$RAY_NODE_RESOURCES'"
+    RAY_RESOURCE_ARGS=(--resources "$RAY_NODE_RESOURCES")
+fi
 # Cluster-wide W&B options for the job's runtime env. Node-specific settings (SLIME_HOST_IP,
 # NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME, NCCL_IB_HCA, HF_HOME, proxies), the W&B key and Ray's
 # auth token reach each node's Ray processes through the environment of that node's `ray start`,
@@ -994,6 +1005,7 @@ start_ray_node() {
 start_head() {
     start_ray_node --head --node-ip-address "$NODE_IP" --port "$RAY_PORT" --temp-dir "$RAY_TEMP_DIR" \
         --num-gpus "$GPUS_PER_NODE" --disable-usage-stats --ray-client-server-port "$((RAY_PORT + 7))" \
+        "${RAY_RESOURCE_ARGS[@]}" \
         --dashboard-host "$RAY_DASHBOARD_HOST" --dashboard-port "$RAY_DASHBOARD_PORT"
 }
 
@@ -1333,7 +1345,7 @@ else
             "$MASTER_ADDR" "$RAY_PORT" "$RAY_WAIT_TIMEOUT"
         is_true "$PILOT" && start_gpu_sampler
         start_ray_node --address "$MASTER_ADDR:$RAY_PORT" --node-ip-address "$NODE_IP" \
-            --num-gpus "$GPUS_PER_NODE" --disable-usage-stats
+            --num-gpus "$GPUS_PER_NODE" --disable-usage-stats "${RAY_RESOURCE_ARGS[@]}"
         exit 0
     fi
     # A worker follows the head's run: it rejoins after its node exits while the head's marker says
@@ -1354,7 +1366,7 @@ else
             wait_until_head_is_up "the head did not come back"
         fi
         start_ray_node --address "$MASTER_ADDR:$RAY_PORT" --node-ip-address "$NODE_IP" \
-            --num-gpus "$GPUS_PER_NODE" --disable-usage-stats
+            --num-gpus "$GPUS_PER_NODE" --disable-usage-stats "${RAY_RESOURCE_ARGS[@]}"
         status=0
         wait "$RAY_NODE_PID" || status=$?
         RAY_NODE_PID=""

@@ -172,23 +172,78 @@ class FanoutConfig(BaseModel):
 
 
 class ExecutorConfig(BaseModel):
-    """Where episodes run: in slime's rollout process (default) or in N worker processes."""
+    """Where episodes run: in slime's rollout process (default), in N local worker processes, or in N
+    Ray actors anywhere on slime's cluster (``backend: ray``)."""
 
     model_config = ConfigDict(extra="forbid")
 
+    backend: Literal["local", "ray"] = Field(
+        "local",
+        description="local: worker processes of slime's rollout process, on its node; ray: Ray actors "
+        "placed on the cluster's CPU resources (slime's cluster; needs workers).",
+    )
     workers: int | None = Field(
         None,
         ge=1,
-        description="Worker processes running episodes, one event loop and one sandbox each; None: every "
+        description="Workers running episodes, one event loop and one sandbox each; None: every "
         "episode runs on slime's own event loop (the default).",
     )
     oversubscribe: bool = Field(
         False,
-        description="Allow more workers than the CPU cores this process may use (refused otherwise).",
+        description="backend local: allow more workers than the CPU cores this process may use (refused "
+        "otherwise).",
     )
     start_timeout_s: float = Field(
-        300.0, gt=0, description="Deadline for a worker's start-up (imports, tokenizer, sandbox)."
+        300.0,
+        gt=0,
+        description="Deadline for a worker's start-up (placement on the cluster, imports, tokenizer, sandbox).",
     )
+    resources: dict[str, float] | None = Field(
+        None,
+        description="backend ray: Ray resources of each episode actor (CPU, memory in bytes, or a custom "
+        "resource that only some nodes have, e.g. rollout_cpu); default {CPU: 1}.",
+    )
+    strategy: Literal["SPREAD", "DEFAULT"] = Field(
+        "SPREAD",
+        description="backend ray: Ray's scheduling strategy of the actors (SPREAD: over every node with room).",
+    )
+    address: str | None = Field(
+        None,
+        description="backend ray: the cluster to connect to when this process is not connected yet "
+        "(slime's rollout actor is; e.g. auto or ray://host:10001 elsewhere).",
+    )
+
+    @field_validator("resources")
+    @classmethod
+    def _valid_resources(cls, value: dict[str, float] | None) -> dict[str, float] | None:
+        if value is None:
+            return None
+        for name, amount in value.items():
+            if not name or name != name.strip():
+                raise ValueError(f"resources: {name!r} is not a resource name")
+            if name == "GPU":
+                raise ValueError("resources: episode actors use no GPU (GPU is refused)")
+            if not 0 <= amount < float("inf"):
+                raise ValueError(f"resources: {name} must be a finite amount >= 0, got {amount}")
+        if not any(value.values()):
+            raise ValueError("resources: at least one resource must be > 0 (else every actor lands anywhere)")
+        return value
+
+    @model_validator(mode="after")
+    def _settings_of_the_backend(self) -> ExecutorConfig:
+        ray_only = [name for name in ("resources", "address") if getattr(self, name) is not None]
+        ray_only += ["strategy"] if "strategy" in self.model_fields_set else []
+        if self.backend == "local":
+            if ray_only:
+                raise ValueError(f"{', '.join(ray_only)} only apply with backend: ray")
+        else:
+            if self.workers is None:
+                raise ValueError("backend: ray needs workers (the number of episode actors)")
+            if self.oversubscribe:
+                raise ValueError("oversubscribe only applies with backend: local")
+            if self.resources is None:
+                self.resources = {"CPU": 1.0}
+        return self
 
 
 class RolloutConfig(BaseModel):

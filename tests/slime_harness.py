@@ -1,7 +1,8 @@
 """Drive slime's real rollout code (``tests/slime_upstream.py``) against the dev server.
 
-Only what cannot run on a CPU box is stubbed, thinly: ``ray`` (no cluster: ``@ray.remote`` leaves the
-class as it is), ``sglang``/``sglang_router`` (their argument builders add the few flags slime's parser
+Only what cannot run on a CPU box is stubbed, thinly: ``ray`` where it is not installed (then
+``@ray.remote`` leaves the class as it is; where it is, slime gets the real one, as the Ray backend's
+tests need), ``sglang``/``sglang_router`` (their argument builders add the few flags slime's parser
 reads; ``tests/data/sglang_flags.txt`` lists the real ones) and the router process (a small HTTP
 front that lists the dev server under ``/workers`` and forwards ``/generate``, as sglang-router does).
 Everything else is slime's own code: its argument parser and validation, data source, rollout loops,
@@ -11,6 +12,7 @@ Everything else is slime's own code: its argument parser and validation, data so
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 import types
@@ -76,11 +78,17 @@ def _no_process_to_kill(pid: int, *args: Any, **kwargs: Any) -> None:
 
 
 def load_slime() -> Path:
-    """slime's source on ``sys.path`` (or skip) with ray/sglang/sglang_router stubbed."""
+    """slime's source on ``sys.path`` (or skip) with sglang/sglang_router stubbed, and ray too where it
+    is not installed (one decision per process: the real module is never patched)."""
     source = require_slime()
-    services = types.SimpleNamespace(get_node_ip_address=lambda: "127.0.0.1")
-    _module("ray", remote=_ray_remote, _private=types.SimpleNamespace(services=services))
-    _module("ray.util.scheduling_strategies", PlacementGroupSchedulingStrategy=object)
+    if "ray" in sys.modules:
+        pass  # the real one, or the stub of an earlier call
+    elif importlib.util.find_spec("ray") is not None:
+        import ray  # noqa: F401  (the real one: slime's @ray.remote classes become actor classes)
+    else:
+        services = types.SimpleNamespace(get_node_ip_address=lambda: "127.0.0.1")
+        _module("ray", remote=_ray_remote, _private=types.SimpleNamespace(services=services))
+        _module("ray.util.scheduling_strategies", PlacementGroupSchedulingStrategy=object)
     _module(
         "sglang.srt.constants",
         GPU_MEMORY_TYPE_CUDA_GRAPH="cuda_graph",
@@ -206,6 +214,9 @@ def train_data(args: Any, samples: list[Any]) -> dict[str, Any]:
     from slime.ray.rollout import RolloutManager
     from slime.utils.misc import load_function
 
+    metadata = getattr(RolloutManager, "__ray_metadata__", None)  # real ray: the class under the actor class
+    if metadata is not None:
+        RolloutManager = metadata.modified_class
     post_process = args.custom_reward_post_process_path
     manager = types.SimpleNamespace(
         args=args,

@@ -75,6 +75,48 @@ async def test_unpicklable_args_field_fails_at_start() -> None:
     assert not any(get_runtime().executors.values())
 
 
+def test_ray_settings_are_validated_in_one_line() -> None:
+    for settings, expected in [
+        ({"backend": "ray"}, "backend: ray needs workers"),
+        ({"resources": {"CPU": 1}}, "resources only apply with backend: ray"),
+        ({"backend": "ray", "workers": 1, "resources": {"GPU": 1}}, "GPU is refused"),
+        ({"backend": "ray", "workers": 1, "resources": {"CPU": -1}}, "finite amount >= 0"),
+        ({"backend": "ray", "workers": 1, "oversubscribe": True}, "oversubscribe only applies"),
+        ({"backend": "spark", "workers": 1}, "executor.backend"),
+    ]:
+        with pytest.raises(ConfigError) as caught:
+            parse_config({"executor": settings})
+        assert expected in str(caught.value) and "\n" not in str(caught.value), (settings, caught.value)
+    config = parse_config({"executor": {"backend": "ray", "workers": 2}})
+    assert config.executor.resources == {"CPU": 1.0} and config.executor.strategy == "SPREAD"
+    with pytest.raises(ConfigError, match="ray_actors only apply with backend: ray"):
+        parse_config({"sandbox": {"ray_actors": 4}})
+
+
+@pytest.mark.parametrize(
+    ("config", "expected"),
+    [
+        (
+            {"tools": [], "executor": {"backend": "ray", "workers": 1}},
+            "executor.backend: ray needs the ray package",
+        ),
+        ({"sandbox": {"backend": "ray"}}, "sandbox.backend: ray needs the ray package"),
+    ],
+    ids=["executor", "sandbox"],
+)
+async def test_ray_backends_without_ray_are_one_config_line(
+    monkeypatch: pytest.MonkeyPatch, config: dict[str, Any], expected: str
+) -> None:
+    """Where ray is not installed (the Python 3.10 lane; simulated here): the first generate stops the job."""
+    monkeypatch.setitem(sys.modules, "ray", None)  # what an environment without the package gives
+    args = make_args("http://127.0.0.1:9")
+    args.strands_slime = config
+    with pytest.raises(ConfigError) as caught:
+        await generate(args, new_sample("plain"), dict(PARAMS))
+    assert str(caught.value).startswith(expected) and "\n" not in str(caught.value)
+    assert not any(get_runtime().executors.values()), "nothing was started"
+
+
 def executor_children() -> set[int]:
     """Live child processes of this test process that run the executor's worker."""
     found = set()
@@ -224,11 +266,17 @@ async def test_workers_give_the_in_process_result(
 async def test_abort_reaches_workers_within_100_ms_and_nothing_is_sent_after(
     server: DevServer, workers: executor.EpisodeExecutor
 ) -> None:
-    running = await executor.get_executor(
-        worker_args(server.url), get_rollout_config(worker_args(server.url))
-    )
+    await abort_reaches_every_worker(server, workers, worker_args, WORKERS)
+
+
+async def abort_reaches_every_worker(
+    server: DevServer, running: executor.EpisodeExecutor, args_for: Callable[..., Any], size: int
+) -> None:
+    """8 episodes waiting on the server, slime's flag set: every worker's flag within 100 ms, every
+    episode ABORTED within 1 s, no request after it; then an episode dispatched after the abort sends
+    nothing, and one after the reset completes (also run through Ray actors, test_executor_ray.py)."""
     aborted = threading.Event()
-    args = worker_args(server.url, abort_event=aborted)
+    args = args_for(server.url, abort_event=aborted)
     before = len(server.request_log)
     server.scheduler.latency = 600.0  # the server never answers
     try:
@@ -245,8 +293,10 @@ async def test_abort_reaches_workers_within_100_ms_and_nothing_is_sent_after(
     assert all(s.metadata["abort_source"] == "slime" and not s.remove_sample for s in samples)
     for sample in samples:
         check_invariants(sample)
+    # a Ray actor's acknowledgment is its own call's reply: it may come after the episodes' replies
+    await wait_until(lambda: len(running.stats.abort_seen_at) >= seen + size, 30, "every worker's ack")
     propagation = [t - set_at for t in running.stats.abort_seen_at[seen:]]
-    assert len(propagation) == WORKERS, "every worker acknowledged the abort"
+    assert len(propagation) == size, "every worker acknowledged the abort once"
     assert max(propagation) < 0.1, propagation
     assert returned < 1.0, returned
     assert len(server.request_log) == before + 8, "no request after the abort"
@@ -284,41 +334,60 @@ async def test_a_server_abort_makes_the_sample_aborted(
 async def test_a_crashed_worker_fails_its_episodes_and_is_replaced(
     server: DevServer, workers: executor.EpisodeExecutor
 ) -> None:
-    running = workers
+    def kill() -> int:
+        pid = workers.worker_pids[0]
+        os.kill(pid, signal.SIGKILL)
+        return pid
+
+    failed, victim = await one_worker_dies(server, workers, worker_args, WORKERS, kill)
+    for sample in failed:
+        reason = sample.metadata["infra_error"]
+        assert f"(pid {victim}) died (killed by SIGKILL)" in reason, reason
+    assert victim not in workers.worker_pids and workers.stats.worker_crashes >= 1
+
+
+async def one_worker_dies(
+    server: DevServer,
+    running: executor.EpisodeExecutor,
+    args_for: Callable[..., Any],
+    size: int,
+    kill: Callable[[], Any],
+) -> tuple[list[Sample], Any]:
+    """4 episodes waiting on the server (2 per worker of 2); ``kill()`` ends one worker and names it.
+    Exactly that worker's episodes come back at once, FAILED and removed (the others are aborted
+    after); a replacement starts and episodes complete again. Returns the failed samples and the
+    name (also run through Ray actors, test_executor_ray.py)."""
     started, dispatched = running.stats.workers_started, running.stats.episodes
     aborted = threading.Event()
-    args = worker_args(server.url, abort_event=aborted)
+    args = args_for(server.url, abort_event=aborted)
     before = len(server.request_log)
     server.scheduler.latency = 600.0
     try:
         tasks = [asyncio.ensure_future(generate(args, new_sample("plain"), dict(PARAMS))) for _ in range(4)]
         await wait_until(lambda: len(server.request_log) >= before + 4, 30, "4 requests at the server")
         assert running.stats.episodes >= dispatched + 4, "the shared executor runs them"
-        victim = running.worker_pids[0]
-        os.kill(victim, signal.SIGKILL)
-        await wait_until(lambda: sum(t.done() for t in tasks) >= 2, 10, "the dead worker's episodes")
+        victim = kill()
+        await wait_until(lambda: sum(t.done() for t in tasks) >= 2, 30, "the dead worker's episodes")
         failed = [t.result() for t in tasks if t.done()]
         aborted.set()
         rest = await asyncio.wait_for(asyncio.gather(*(t for t in tasks if not t.done())), 10)
     finally:
         server.scheduler.latency = 0.0
-    assert len(failed) == 2
+    assert len(failed) == 2 and len(rest) == 2, "exactly the dead worker's episodes failed"
     for sample in failed:
         assert sample.status == Sample.Status.FAILED and sample.remove_sample
-        reason = sample.metadata["infra_error"]
-        assert f"(pid {victim}) died (killed by SIGKILL)" in reason, reason
         check_invariants(sample)
     assert all(s.status == Sample.Status.ABORTED for s in rest)
     await wait_until(
-        lambda: running.stats.workers_started == started + 1 and len(running.worker_pids) == WORKERS,
+        lambda: running.stats.workers_started == started + 1 and len(running.worker_pids) == size,
         120,
         "the replacement worker",
     )
-    assert victim not in running.worker_pids and running.stats.worker_crashes >= 1
     results = await asyncio.gather(
-        *(generate(worker_args(server.url), new_sample("plain"), dict(PARAMS)) for _ in range(4))
+        *(generate(args_for(server.url), new_sample("plain"), dict(PARAMS)) for _ in range(4))
     )
     assert all(s.status == Sample.Status.COMPLETED for s in results)
+    return failed, victim
 
 
 PARENT = textwrap.dedent(

@@ -39,6 +39,12 @@ async def engine() -> AsyncIterator[DevServer]:
 async def test_over_sampling_abort_and_partial_rollout_through_workers(
     engine: DevServer, tmp_path: Path
 ) -> None:
+    await over_sampling_abort_and_partial_rollout(engine, tmp_path, EXECUTOR)
+
+
+async def over_sampling_abort_and_partial_rollout(engine: DevServer, tmp_path: Path, custom: dict) -> None:
+    """slime's rollout with over-sampling and --partial-rollout through the executor ``custom`` names;
+    aborted samples resume in the next rollout (also used by ``tests/test_executor_ray.py``)."""
     from slime.utils.http_utils import init_http_client
     from slime.utils.types import Sample
 
@@ -56,7 +62,7 @@ async def test_over_sampling_abort_and_partial_rollout_through_workers(
             "--partial-rollout",
             "--rollout-max-response-len",
             "256",  # LONGQ's 600-token reply is cut by the episode budget
-            custom=EXECUTOR,
+            custom=custom,
         )
         init_http_client(args)
         assert engine.scheduler is not None

@@ -23,7 +23,7 @@ LAYERS = (
     grimp.Layer("reward", "devserver"),
     grimp.Layer("config"),
     grimp.Layer("provider", "sandbox"),
-    grimp.Layer("aborts", "errors", "episode_metadata", "_compat"),
+    grimp.Layer("aborts", "errors", "episode_metadata", "_compat", "ray_actors"),
     grimp.Layer("runtime"),
 )
 """Top to bottom; the modules named in one layer are independent of each other."""

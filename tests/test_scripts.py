@@ -589,6 +589,22 @@ RAY_NODE_PORTS = [
 ]
 
 
+@pytest.mark.parametrize("rank", ["0", "1"])
+def test_ray_node_resources_label_every_node_for_the_rollout(tools: Path, tmp_path: Path, rank: str) -> None:
+    """A node offers its spare cores to the rollout's Ray actors under a custom resource (docs/training.md)."""
+    result = _dry_train(
+        tools,
+        tmp_path,
+        NUM_NODES="2",
+        NODE_RANK=rank,
+        MASTER_ADDR="10.0.0.1",
+        NODE_IP="10.0.0.1" if rank == "0" else "10.0.0.2",
+        RAY_NODE_RESOURCES='{"rollout_cpu": 32}',
+    )
+    [start] = [command for command in _commands(result.stdout) if command[:2] == ["ray", "start"]]
+    assert start[start.index("--resources") + 1] == '{"rollout_cpu": 32}'
+
+
 @pytest.mark.slow  # 6 s
 def test_minimal_environment_is_set_u_safe(tools: Path, tmp_path: Path) -> None:
     # Only PATH/HOME: every variable the scripts read has a default (no "unbound variable").
@@ -639,6 +655,8 @@ BAD_INPUT = [
     ({"SAVE_DIR": "checkpoints/run1"}, [], "SAVE_DIR must be an absolute path"),
     ({"PROMPT_DATA": "./dapo.jsonl"}, [], "PROMPT_DATA must be an absolute path"),
     ({"EVAL_CONFIG": "configs/eval_aime.yaml"}, [], "EVAL_CONFIG must be an absolute path"),
+    ({"RAY_NODE_RESOURCES": "rollout_cpu=32"}, [], "RAY_NODE_RESOURCES must be a JSON object"),
+    ({"RAY_NODE_RESOURCES": '{"rollout_cpu": -1}'}, [], "RAY_NODE_RESOURCES must be a JSON object"),
 ]
 
 

@@ -1,19 +1,23 @@
-"""Episode executor: agent episodes in N worker processes, so the rollout side scales past one core.
+"""Episode executor: agent episodes in N workers, so the rollout side scales past one core.
 
 slime calls ``generate`` for every episode on one event loop of one process, so our CPU per agent
 turn caps how many turns per second that process can drive. With ``executor: {workers: N}`` in the
-rollout config, ``generate`` ships each episode to one of N worker processes (one event loop, one
-HTTP client and one sandbox each) and writes the result back onto slime's own ``Sample``:
+rollout config, ``generate`` ships each episode to one of N workers (one event loop, one HTTP client
+and one sandbox each) and writes the result back onto slime's own ``Sample``. The workers are local
+processes (``backend: local``, the default) or Ray actors anywhere on slime's cluster (``backend:
+ray``, :mod:`strands_slime.rollout.executor_ray`); this module is everything the two share (dispatch,
+aborts, crashes, replacement, lifetime) and the local processes, each worker reached through a link
+(:class:`strands_slime.rollout.executor_wire.WorkerLink`):
 
 * **What crosses.** Parent to worker, once per worker: the few ``args`` fields our code reads
   (:data:`ARGS_FIELDS`) and the resolved :class:`~strands_slime.config.RolloutConfig`. Per episode:
   the sample's input fields (:data:`SAMPLE_INPUT_FIELDS`), the sampling parameters and ``evaluation``.
   Back: the fields ``generate`` writes (:data:`strands_slime.rollout.sample_fill.SAMPLE_RESULT_FIELDS`, plus
   slime's trace carrier when one is bound). Never a tokenizer, a client or a whole ``Sample``.
-* **Wire.** Each message is an 8-byte length and a pickle (protocol 5) of a tuple; parent to worker
-  on the worker's stdin, worker to parent on its stdout (the worker points its fd 1 at stderr first,
-  so nothing it prints can corrupt the stream). The parent reads with asyncio streams: nothing blocks
-  slime's loop.
+* **Wire** (:mod:`strands_slime.rollout.executor_wire`). Each message is a pickle (protocol 5) of a
+  tuple. Local workers get them on their stdin behind an 8-byte length and answer on their stdout
+  (the worker points its fd 1 at stderr first, so nothing it prints can corrupt the stream); the
+  parent reads with asyncio streams: nothing blocks slime's loop.
 * **Aborts.** slime's flag (``GenerateState(args).aborted``; ``args.abort_event`` without slime) is
   read every :data:`ABORT_POLL_S` while episodes are in flight, and before every dispatch, and a
   change is sent to every worker at once. A thread in the worker reads control messages and sets
@@ -27,14 +31,14 @@ HTTP client and one sandbox each) and writes the result back onto slime's own ``
   stop the workers. A worker that dies fails its in-flight episodes at once (FAILED,
   removed, ``metadata.infra_error`` says which worker died and how) and is replaced in the background.
 * **Misconfiguration** fails the first ``generate`` call with one :class:`ConfigError` line:
-  ``workers < 1`` (config validation), more workers than usable CPU cores without
-  ``oversubscribe: true``, an ``args`` field or config that cannot be pickled, a worker that cannot
-  start (its tokenizer, its sandbox) or does not start within ``start_timeout_s``.
+  ``workers < 1`` (config validation), more local workers than usable CPU cores without
+  ``oversubscribe: true`` (the Ray backend's own checks: :mod:`~strands_slime.rollout.executor_ray`),
+  an ``args`` field or config that cannot be pickled, a worker that cannot start (its tokenizer, its
+  sandbox) or does not start within ``start_timeout_s``.
 """
 
 from __future__ import annotations
 
-import array
 import asyncio
 import contextlib
 import dataclasses
@@ -43,18 +47,44 @@ import logging
 import os
 import pickle
 import signal
-import struct
 import sys
 import threading
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from strands_slime.aborts import run_abortable
 from strands_slime.config import ConfigError, RolloutConfig
-from strands_slime.rollout import pacing, slime_compat
+from strands_slime.rollout import pacing
+from strands_slime.rollout.executor_wire import (
+    HEADER,
+    OPTIONAL_SAMPLE_ATTRIBUTES,
+    PICKLE_PROTOCOL,
+    WorkerLink,
+    apply_result,
+    encode,
+    pack_fields,
+    unpicklable,
+)
 from strands_slime.rollout.sample_fill import SAMPLE_INPUT_FIELDS, mark_aborted_by_slime
 from strands_slime.runtime import get_runtime
+
+__all__ = [
+    "ABORT_POLL_S",
+    "ARGS_FIELDS",
+    "OPTIONAL_SAMPLE_ATTRIBUTES",
+    "SAMPLE_INPUT_FIELDS",
+    "EpisodeExecutor",
+    "ExecutorStats",
+    "WorkerDied",
+    "apply_result",
+    "get_executor",
+    "pack_fields",
+    "running_executor",
+    "shutdown_executors",
+    "usable_cores",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -85,14 +115,9 @@ ARGS_FIELDS: tuple[str, ...] = (
 )
 """The ``args`` fields our generate, client, sample filling and preset reward read; only these are shipped."""
 
-OPTIONAL_SAMPLE_ATTRIBUTES: tuple[str, ...] = ("trace",)
-"""Carried both ways when the sample has them: slime's trace carrier (``sglang_generate`` spans)."""
-
 ABORT_POLL_S = 0.01
 """How often slime's abort flag is read while episodes are in flight."""
 
-_HEADER = struct.Struct("<Q")
-_PICKLE_PROTOCOL = 5
 _WORKER_EXIT_GRACE_S = 5.0
 _KILL_WAIT_S = 5.0
 """How long :meth:`EpisodeExecutor.kill` waits for the killed workers to exit."""
@@ -100,53 +125,8 @@ _MAX_RESTART_DELAY_S = 30.0
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the directory holding strands_slime/
 
 
-def _frame(message: Any) -> bytes:
-    payload = pickle.dumps(message, protocol=_PICKLE_PROTOCOL)
-    return _HEADER.pack(len(payload)) + payload
-
-
-_INT_ARRAYS = ("tokens", "loss_mask", "rollout_top_p_token_ids", "rollout_top_p_token_offsets")
-_FLOAT_ARRAYS = ("rollout_log_probs", "teacher_log_probs")
-
-
-def _as_array(value: Any, typecode: str) -> Any:
-    """A long list of numbers as an ``array``: pickled as one block of bytes, not one object per item
-    (16k tokens: a memcpy instead of 16k ints to build on slime's loop). Anything else stays as is."""
-    if type(value) is not list or len(value) < 64:
-        return value
-    for code in ("i", "q") if typecode == "i" else (typecode,):
-        try:
-            return array.array(code, value)
-        except OverflowError:  # ids past 2**31: the 8-byte form
-            continue
-        except TypeError:  # not all numbers of that kind: ship the list
-            return value
-    return value
-
-
-def pack_fields(sample: Any, names: tuple[str, ...]) -> dict[str, Any]:
-    """The ``names`` attributes of ``sample`` it has, in plain picklable form, either way across the
-    pipe: long number lists as arrays, the status by name, info dataclasses as dicts
-    (:func:`apply_result` turns them back)."""
-    fields: dict[str, Any] = {}
-    for name in names:
-        if not hasattr(sample, name):
-            continue
-        value = getattr(sample, name)
-        if name in _INT_ARRAYS:
-            value = _as_array(value, "i")
-        elif name in _FLOAT_ARRAYS:
-            value = _as_array(value, "d")
-        elif name == "status":
-            value = value.name if hasattr(value, "name") else str(value).upper()
-        elif dataclasses.is_dataclass(value) and not isinstance(value, type):
-            value = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
-        fields[name] = value
-    return fields
-
-
 class WorkerDied(RuntimeError):
-    """The worker process running an episode died, or no worker could be started for it."""
+    """The worker running an episode died, or no worker could be started for it."""
 
 
 @dataclasses.dataclass
@@ -170,22 +150,28 @@ class ExecutorStats:
 
 @dataclasses.dataclass
 class _Channel:
-    """One abort flag of the parent (slime's ``GenerateState`` in practice), mirrored in every worker."""
+    """One abort flag of the parent (slime's ``GenerateState`` in practice), mirrored in every worker;
+    ``version`` counts its changes, so workers apply them in order whatever the transport does."""
 
     id: int
     check: Any
     aborted: bool = False
+    version: int = 0
     inflight: int = 0
 
 
 class _WorkerHandle:
-    """The parent's view of one worker process."""
+    """The parent's view of one worker, whatever link carries its messages."""
 
-    def __init__(self, index: int, process: asyncio.subprocess.Process) -> None:
+    def __init__(self, index: int, link: WorkerLink) -> None:
         self.index = index
-        self.process = process
+        self.link = link
         self.inflight: dict[int, asyncio.Future[Any]] = {}
         self.ready: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self.pid: int | None = getattr(link, "pid", None)
+        self.where: str | None = None
+        """Where it runs, as the worker reported it (a Ray node), once ready."""
+        self.node_id: str | None = None
         self.dead_reason: str | None = None
         self.reader: asyncio.Task[None] | None = None
 
@@ -193,10 +179,38 @@ class _WorkerHandle:
     def alive(self) -> bool:
         return self.dead_reason is None and self.ready.done() and not self.ready.exception()
 
-    def send(self, frame: bytes) -> None:
-        stdin = self.process.stdin
-        if self.dead_reason is None and stdin is not None and not stdin.is_closing():
-            stdin.write(frame)
+    @property
+    def name(self) -> str:
+        return f"executor worker {self.index} ({self.link.describe(self.pid, self.where)})"
+
+    def send(self, kind: str, payload: bytes) -> None:
+        if self.dead_reason is None:
+            self.link.send(kind, payload)
+
+
+class WorkerBackend(Protocol):
+    """Where the workers of one executor run: local processes (:class:`LocalBackend`) or Ray actors
+    (:class:`strands_slime.rollout.executor_ray.RayBackend`)."""
+
+    def check(self, config: RolloutConfig) -> None:
+        """Refuse a misconfiguration before anything starts (:class:`ConfigError`); never blocks."""
+        ...
+
+    async def prepare(self) -> None:
+        """Everything before the first worker (connect to the cluster, check its resources); raises
+        :class:`ConfigError`."""
+        ...
+
+    async def launch(self, index: int) -> WorkerLink:
+        """Start worker ``index`` (it then waits for its ``init`` message)."""
+        ...
+
+    async def close(self) -> None:
+        """Release what :meth:`prepare` took (after every worker stopped)."""
+        ...
+
+
+# ---------------------------------------------------------------------- local worker processes
 
 
 def _describe_exit(returncode: int | None) -> str:
@@ -210,17 +224,129 @@ def _describe_exit(returncode: int | None) -> str:
     return f"exit code {returncode}"
 
 
-class EpisodeExecutor:
-    """N worker processes running episodes for one event loop, one ``args`` shape and one config."""
+def usable_cores() -> int:
+    """CPU cores this process may run on (its affinity mask, else the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
 
-    def __init__(self, args_fields: dict[str, Any], config: RolloutConfig) -> None:
+
+class _ProcessLink:
+    """A local worker process (``python -m strands_slime.rollout.executor_worker``): messages on its
+    stdin and stdout, each behind an 8-byte length."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+        self.pid = process.pid
+
+    def describe(self, pid: int | None, where: str | None) -> str:
+        return f"pid {self.pid}"
+
+    def send(self, kind: str, payload: bytes) -> None:
+        stdin = self.process.stdin
+        if stdin is not None and not stdin.is_closing():
+            stdin.write(HEADER.pack(len(payload)) + payload)
+
+    async def replies(self) -> AsyncIterator[bytes]:
+        stream = self.process.stdout
+        assert stream is not None
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            while True:
+                (size,) = HEADER.unpack(await stream.readexactly(HEADER.size))
+                yield await stream.readexactly(size)
+
+    async def death(self) -> str:
+        try:
+            await asyncio.wait_for(self.process.wait(), _WORKER_EXIT_GRACE_S)
+        except asyncio.TimeoutError:  # closed its stdout but kept running
+            self.kill()
+            await self.process.wait()
+        return _describe_exit(self.process.returncode)
+
+    async def stop(self, grace_s: float) -> None:
+        self.send("stop", encode(("stop",)))
+        try:
+            await asyncio.wait_for(self.process.wait(), grace_s)
+        except asyncio.TimeoutError:
+            self.kill()
+            await self.process.wait()
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError, OSError):
+            os.kill(self.process.pid, signal.SIGKILL)
+
+    def running(self) -> bool:
+        return self.process.returncode is None and _process_running(self.process.pid)
+
+    def release(self) -> None:
+        """Close the subprocess transport (asyncio keeps no public handle of it): one left open is closed
+        by its finalizer, which fails once the loop is closed."""
+        transport = getattr(self.process, "_transport", None)
+        if transport is not None:
+            transport.close()
+
+
+class LocalBackend:
+    """Workers as child processes of slime's rollout process, on its machine's cores."""
+
+    def check(self, config: RolloutConfig) -> None:
+        """More workers than usable cores needs ``oversubscribe: true``."""
+        workers = config.executor.workers or 0
+        cores = usable_cores()
+        if workers > cores and not config.executor.oversubscribe:
+            raise ConfigError(
+                f"executor.workers={workers} is more than the {cores} CPU cores this process may use; "
+                "lower it or set executor.oversubscribe: true"
+            )
+
+    async def prepare(self) -> None:
+        """Nothing to prepare on this machine."""
+
+    async def launch(self, index: int) -> WorkerLink:
+        """A worker process (it dies with this one: ``PR_SET_PDEATHSIG`` and the end of its stdin)."""
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "strands_slime.rollout.executor_worker",
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            env=env,
+        )
+        return _ProcessLink(process)
+
+    async def close(self) -> None:
+        """Nothing to release."""
+
+
+def worker_backend(config: RolloutConfig) -> WorkerBackend:
+    """The backend ``config.executor.backend`` names."""
+    if config.executor.backend == "ray":
+        from strands_slime.rollout.executor_ray import RayBackend
+
+        return RayBackend(config.executor)
+    return LocalBackend()
+
+
+# ---------------------------------------------------------------------- the executor
+
+
+class EpisodeExecutor:
+    """N workers running episodes for one event loop, one ``args`` shape and one config."""
+
+    def __init__(
+        self, args_fields: dict[str, Any], config: RolloutConfig, backend: WorkerBackend | None = None
+    ) -> None:
         workers = config.executor.workers
         if workers is None or workers < 1:
             raise ConfigError(f"executor.workers must be >= 1, got {workers}")
         self.config = config
         self.size = workers
+        self.backend = backend if backend is not None else worker_backend(config)
         self.stats = ExecutorStats()
-        self._init_frame = _frame(("init", (args_fields, config)))
+        self._init_payload = encode(("init", (args_fields, config)))
         self._workers: dict[int, _WorkerHandle] = {}
         self._channels: dict[Any, _Channel] = {}
         self._ids = itertools.count()
@@ -244,13 +370,21 @@ class EpisodeExecutor:
         return (id(args), id(config)) in self._callers
 
     def __repr__(self) -> str:
-        return f"<EpisodeExecutor workers={self.size} pids={self.worker_pids} closed={self.closed}>"
+        return (
+            f"<EpisodeExecutor backend={self.config.executor.backend} workers={self.size} "
+            f"pids={self.worker_pids} closed={self.closed}>"
+        )
 
     # ------------------------------------------------------------------ start-up and lifetime
 
     async def start(self) -> EpisodeExecutor:
-        """Start every worker and wait until all are warmed up; a failure stops them all and raises
-        :class:`ConfigError` with the reason."""
+        """Prepare the backend, start every worker and wait until all are warmed up; a failure stops
+        them all and raises :class:`ConfigError` with the reason."""
+        try:
+            await self.backend.prepare()
+        except BaseException:
+            await self.close()
+            raise
         results = await asyncio.gather(
             *(self._spawn(index) for index in range(self.size)), return_exceptions=True
         )
@@ -264,36 +398,25 @@ class EpisodeExecutor:
         return self
 
     async def _spawn(self, index: int) -> _WorkerHandle:
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
-        process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "strands_slime.rollout.executor_worker",
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            env=env,
-        )
-        if self.closed:  # closed while this process started: it never joins
-            with contextlib.suppress(ProcessLookupError):
-                process.kill()
-            await process.wait()
+        link = await self.backend.launch(index)
+        if self.closed:  # closed while this worker started: it never joins
+            link.kill()
+            await link.death()
             raise WorkerDied("the episode executor was closed during its start-up")
-        worker = _WorkerHandle(index, process)
+        worker = _WorkerHandle(index, link)
         self._workers[index] = worker
         worker.reader = asyncio.ensure_future(self._read(worker))
-        worker.send(self._init_frame)
+        worker.send("init", self._init_payload)
         timeout = self.config.executor.start_timeout_s
         try:
             await asyncio.wait_for(asyncio.shield(worker.ready), timeout)
         except asyncio.TimeoutError:
-            self._kill(worker)
+            link.kill()
             raise ConfigError(
-                f"executor worker {index} (pid {process.pid}) did not start within "
-                f"executor.start_timeout_s={timeout:g} s"
+                f"{worker.name} did not start within executor.start_timeout_s={timeout:g} s"
             ) from None
-        except BaseException:  # it reported why it cannot start (or we were cancelled): leave no process
-            self._kill(worker)
+        except BaseException:  # it reported why it cannot start (or we were cancelled): leave no worker
+            link.kill()
             raise
         self.stats.workers_started += 1
         self._worker_ready.set()
@@ -301,35 +424,37 @@ class EpisodeExecutor:
 
     @property
     def worker_pids(self) -> list[int]:
-        """PIDs of the live workers."""
-        return [worker.process.pid for worker in self._workers.values() if worker.alive]
+        """PIDs of the live workers (on their own node, for Ray actors)."""
+        return [worker.pid for worker in self._workers.values() if worker.alive and worker.pid is not None]
 
-    def _kill(self, worker: _WorkerHandle) -> None:
-        with contextlib.suppress(ProcessLookupError, OSError):
-            os.kill(worker.process.pid, signal.SIGKILL)
+    @property
+    def worker_nodes(self) -> list[str | None]:
+        """Where each live worker runs: its Ray node id (None for local processes)."""
+        return [worker.node_id for worker in self._workers.values() if worker.alive]
 
     def kill(self, wait_s: float = _KILL_WAIT_S) -> None:
         """Kill every worker at once and wait until they have exited (at most ``wait_s``).
 
         Synchronous, for callers without this executor's loop running (``Runtime.reset``, interpreter
-        exit); from the executor's loop prefer :meth:`close`. The killed workers are reaped by asyncio's
-        child watcher."""
+        exit); from the executor's loop prefer :meth:`close`. Killed local workers are reaped by
+        asyncio's child watcher."""
         self.closed = True
-        pids = [worker.process.pid for worker in self._workers.values() if worker.process.returncode is None]
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError, OSError):
-                os.kill(pid, signal.SIGKILL)
+        links = [worker.link for worker in self._workers.values()]
+        for link in links:
+            link.kill()
         deadline = time.monotonic() + wait_s
-        while any(_process_running(pid) for pid in pids):
+        while any(link.running() for link in links):
             if time.monotonic() > deadline:
-                logger.error("executor workers %s still running %.0f s after SIGKILL", pids, wait_s)
+                logger.error(
+                    "executor workers %s still running %.0f s after SIGKILL", self.worker_pids, wait_s
+                )
                 return
             time.sleep(0.005)
         self._close_transports_on_loop(max(0.0, deadline - time.monotonic()))
 
     def _close_transports_on_loop(self, wait_s: float) -> None:
-        """Close the workers' subprocess transports on their own loop when it runs in another thread
-        (slime's rollout thread), waiting at most ``wait_s``: a transport left open is closed by its
+        """Release the workers' links on their own loop when it runs in another thread (slime's rollout
+        thread), waiting at most ``wait_s``: a subprocess transport left open is closed by its
         finalizer, which fails once that loop is closed (an unraisable ``Event loop is closed``)."""
         loop = self._loop
         if loop.is_closed() or not loop.is_running():
@@ -338,9 +463,7 @@ class EpisodeExecutor:
 
         def close_all() -> None:
             for worker in self._workers.values():
-                transport = getattr(worker.process, "_transport", None)  # asyncio keeps no public handle
-                if transport is not None:
-                    transport.close()
+                worker.link.release()
             done.set()
 
         try:
@@ -365,44 +488,32 @@ class EpisodeExecutor:
             await asyncio.gather(self.started, return_exceptions=True)
         for task in self._replacements.values():
             task.cancel()
-        stop = _frame(("stop",))
-        for worker in self._workers.values():
-            worker.send(stop)
-        for worker in list(self._workers.values()):
-            try:
-                await asyncio.wait_for(worker.process.wait(), _WORKER_EXIT_GRACE_S)
-            except asyncio.TimeoutError:
-                self._kill(worker)
-                await worker.process.wait()
+        workers = list(self._workers.values())
+        await asyncio.gather(*(worker.link.stop(_WORKER_EXIT_GRACE_S) for worker in workers))
+        for worker in workers:
             if worker.reader is not None:
                 await asyncio.gather(worker.reader, return_exceptions=True)
         if self._poll_handle is not None:
             self._poll_handle.cancel()
             self._poll_handle = None
+        await self.backend.close()
 
     # ------------------------------------------------------------------ reading the workers
 
     async def _read(self, worker: _WorkerHandle) -> None:
-        stream = worker.process.stdout
-        assert stream is not None
         slice_started = time.perf_counter()
         try:
-            while True:
-                header = await stream.readexactly(_HEADER.size)
-                (size,) = _HEADER.unpack(header)
-                payload = await stream.readexactly(size)
-                self.stats.bytes_received += _HEADER.size + size
+            async for payload in worker.link.replies():
+                self.stats.bytes_received += len(payload)
                 self._handle(worker, payload)
                 if time.perf_counter() - slice_started > pacing.SLICE_S:
                     # buffered replies would otherwise all be read (and their episodes woken) in one
                     # loop iteration: hundreds of finished episodes at once stall slime's loop
                     await asyncio.sleep(0)
                     slice_started = time.perf_counter()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
         except Exception:  # a corrupt stream: treat the worker as dead
-            logger.exception("executor worker %d sent an unreadable message", worker.index)
-            self._kill(worker)
+            logger.exception("%s sent an unreadable message", worker.name)
+            worker.link.kill()
         await self._worker_died(worker)
 
     def _handle(self, worker: _WorkerHandle, payload: bytes) -> None:
@@ -411,7 +522,7 @@ class EpisodeExecutor:
         if kind in ("done", "config_error", "error"):
             future = worker.inflight.pop(message[1], None)
             if future is not None and not future.done():
-                future.set_result((message, payload))
+                future.set_result(message)
         elif kind == "codec":
             self.stats.worker_codec_seconds += message[1]
         elif kind == "abort_seen":
@@ -419,30 +530,24 @@ class EpisodeExecutor:
             self.stats.abort_propagation_seconds.append(worker_time - parent_time)
             self.stats.abort_seen_at.append(worker_time)
         elif kind == "ready":
+            _, worker.pid, where = message
+            worker.where, worker.node_id = where.get("where"), where.get("node_id")
             if not worker.ready.done():
-                worker.ready.set_result(message[1])
+                worker.ready.set_result(worker.pid)
         elif kind == "init_error":
             _, category, text = message
             text = " ".join(str(text).split())  # one line, whatever the library's message looked like
             if not worker.ready.done():
-                prefix = f"executor worker {worker.index} (pid {worker.process.pid}) could not start"
+                prefix = f"{worker.name} could not start"
                 worker.ready.set_exception(ConfigError(f"{prefix}: {text}" if category != "config" else text))
 
     async def _worker_died(self, worker: _WorkerHandle) -> None:
         was_running = worker.alive
-        try:
-            await asyncio.wait_for(worker.process.wait(), _WORKER_EXIT_GRACE_S)
-        except asyncio.TimeoutError:  # closed its stdout but kept running
-            self._kill(worker)
-            await worker.process.wait()
-        how = _describe_exit(worker.process.returncode)
-        worker.dead_reason = f"executor worker {worker.index} (pid {worker.process.pid}) died ({how}) with this episode in flight"
+        how = await worker.link.death()
+        worker.dead_reason = f"{worker.name} died ({how}) with this episode in flight"
         if not worker.ready.done():
             worker.ready.set_exception(
-                ConfigError(
-                    f"executor worker {worker.index} (pid {worker.process.pid}) exited during its start-up "
-                    f"({how}); its stderr says why"
-                )
+                ConfigError(f"{worker.name} exited during its start-up ({how}); its stderr says why")
             )
             worker.ready.exception()  # retrieved: a replacement's failure is logged, not warned about
         for future in worker.inflight.values():
@@ -486,9 +591,10 @@ class EpisodeExecutor:
         if aborted == channel.aborted:
             return
         channel.aborted = aborted
-        frame = _frame(("abort", channel.id, aborted, time.monotonic()))
+        channel.version += 1
+        payload = encode(("abort", channel.id, channel.version, aborted, time.monotonic()))
         for worker in self._workers.values():
-            worker.send(frame)
+            worker.send("abort", payload)
 
     def _poll(self) -> None:
         self._poll_handle = None
@@ -502,9 +608,9 @@ class EpisodeExecutor:
         self._inflight -= 1
         if channel.inflight == 0 and self._channels.get(channel.check) is channel:
             del self._channels[channel.check]
-            frame = _frame(("drop", channel.id))
+            payload = encode(("drop", channel.id))
             for worker in self._workers.values():
-                worker.send(frame)
+                worker.send("drop", payload)
 
     # ------------------------------------------------------------------ episodes
 
@@ -551,27 +657,29 @@ class EpisodeExecutor:
         kept = pack_fields(sample, kept_fields) if kept_fields else None
         episode_id = next(self._ids)
         channel = self._channel(abort_check)
-        message = ("run", episode_id, channel.id, inputs, dict(sampling_params), evaluation, kept)
-        try:
-            frame = _frame(message)
-        except Exception as exc:
-            fields = {**inputs, **(kept or {})}
-            raise ConfigError(f"executor: {_unpicklable(fields, 'sample.')}: {exc}") from exc
         self._sync(channel)
+        flag = (channel.version, channel.aborted)  # the flag as this episode leaves, whatever overtakes it
+        message = ("run", episode_id, channel.id, flag, inputs, dict(sampling_params), evaluation, kept)
+        try:
+            payload = encode(message)
+        except Exception as exc:
+            self._forget_if_unused(channel)
+            fields = {**inputs, **(kept or {})}
+            raise ConfigError(f"executor: {unpicklable(fields, 'sample.')}: {exc}") from exc
         future: asyncio.Future[Any] = self._loop.create_future()
         worker.inflight[episode_id] = future
         channel.inflight += 1
         self._inflight += 1
         if self._poll_handle is None:
             self._poll_handle = self._loop.call_later(ABORT_POLL_S, self._poll)
-        worker.send(frame)
+        worker.send("run", payload)
         self.stats.episodes += 1
-        self.stats.bytes_sent += len(frame)
+        self.stats.bytes_sent += len(payload)
         self.stats.parent_codec_seconds += time.thread_time() - started
         try:
-            reply, _payload = await future
+            reply = await future
         except asyncio.CancelledError:
-            worker.send(_frame(("cancel", episode_id)))
+            worker.send("cancel", encode(("cancel", episode_id)))
             raise
         finally:
             worker.inflight.pop(episode_id, None)
@@ -581,7 +689,7 @@ class EpisodeExecutor:
         if kind == "config_error":
             raise ConfigError(reply[2])
         if kind == "error":
-            raise WorkerDied(f"executor worker {worker.index}: {reply[2]}")
+            raise WorkerDied(f"{worker.name}: {reply[2]}")
         results = reply[2]
         outputs = [sample]
         if len(results) > 1:
@@ -594,6 +702,11 @@ class EpisodeExecutor:
                 mark_aborted_by_slime(target)
         self.stats.parent_codec_seconds += time.thread_time() - started
         return outputs
+
+    def _forget_if_unused(self, channel: _Channel) -> None:
+        """Forget a channel made for an episode that never left (its sample could not be sent)."""
+        if channel.inflight == 0 and self._channels.get(channel.check) is channel:
+            del self._channels[channel.check]
 
 
 def _process_running(pid: int) -> bool:
@@ -617,62 +730,21 @@ def _copy(sample: Any) -> Any:
     return copy.deepcopy(sample)
 
 
-def _unpicklable(fields: dict[str, Any], prefix: str) -> str:
-    """Name the first field that cannot be pickled."""
-    for name, value in fields.items():
-        try:
-            pickle.dumps(value, protocol=_PICKLE_PROTOCOL)
-        except Exception as exc:
-            return f"{prefix}{name} ({type(value).__name__}) cannot be sent to a worker process ({type(exc).__name__})"
-    return f"{prefix}* cannot be sent to a worker process"
-
-
-# ---------------------------------------------------------------------- sample fields both ways
-
-
-def apply_result(sample: Any, fields: dict[str, Any]) -> None:
-    """Write a worker's :func:`pack_result` onto slime's (or the stand-in's) own sample."""
-    for name, value in fields.items():
-        if type(value) is array.array:
-            value = value.tolist()
-        if name == "status":
-            sample.status = slime_compat.status(sample, value)
-        elif name in ("spec_info", "prefix_cache_info") and isinstance(value, dict):
-            current = getattr(sample, name, None)
-            setattr(sample, name, type(current)(**value) if current is not None else value)
-        else:
-            setattr(sample, name, value)
-
-
 # ---------------------------------------------------------------------- slime's side: generate
-
-
-def usable_cores() -> int:
-    """CPU cores this process may run on (its affinity mask, else the machine's count)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
 
 
 def _args_fields(args: Any) -> dict[str, Any]:
     return {name: getattr(args, name) for name in ARGS_FIELDS if hasattr(args, name)}
 
 
-def _check(args_fields: dict[str, Any], config: RolloutConfig) -> None:
-    workers = config.executor.workers or 0
-    cores = usable_cores()
-    if workers > cores and not config.executor.oversubscribe:
-        raise ConfigError(
-            f"executor.workers={workers} is more than the {cores} CPU cores this process may use; "
-            "lower it or set executor.oversubscribe: true"
-        )
+def _check(args_fields: dict[str, Any], config: RolloutConfig, backend: WorkerBackend) -> None:
+    backend.check(config)
     try:
-        pickle.dumps(args_fields, protocol=_PICKLE_PROTOCOL)
+        pickle.dumps(args_fields, protocol=PICKLE_PROTOCOL)
     except Exception as exc:
-        raise ConfigError(f"executor: {_unpicklable(args_fields, 'args.')}: {exc}") from exc
+        raise ConfigError(f"executor: {unpicklable(args_fields, 'args.')}: {exc}") from exc
     try:
-        pickle.dumps(config, protocol=_PICKLE_PROTOCOL)
+        pickle.dumps(config, protocol=PICKLE_PROTOCOL)
     except Exception as exc:  # pragma: no cover - a validated config holds plain values
         raise ConfigError(f"executor: the rollout config cannot be sent to a worker process: {exc}") from exc
 
@@ -707,8 +779,9 @@ async def get_executor(args: Any, config: RolloutConfig, abort_check: Any = None
         entries = runtime.executors.setdefault(loop, {})
     running: EpisodeExecutor | None = entries.get(key)
     if running is None or running.closed:
-        _check(fields, config)
-        running = entries[key] = EpisodeExecutor(fields, config)
+        backend = worker_backend(config)
+        _check(fields, config, backend)
+        running = entries[key] = EpisodeExecutor(fields, config, backend)
         started = running.started = asyncio.ensure_future(running.start())
 
         def forget_failure(done: asyncio.Future[EpisodeExecutor]) -> None:

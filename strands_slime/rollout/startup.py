@@ -194,8 +194,12 @@ async def _warm_up(args: Any, config: RolloutConfig) -> Any:
     tokenizer = await get_tokenizer(args, config)
     if "execute_python_code" in config.tools:
         from strands_slime.sandbox import get_shared_sandbox
+        from strands_slime.sandbox.base import SandboxMisconfigured
 
-        await get_shared_sandbox(config.sandbox).start()
+        try:
+            await get_shared_sandbox(config.sandbox).start()
+        except SandboxMisconfigured as exc:  # every tool call would fail alike: stop before GPU time
+            raise ConfigError(str(exc)) from exc
     with contextlib.suppress(SGLangClientError):  # the model asks again and logs it
         await get_client(args, config).max_model_len()
     return tokenizer

@@ -17,6 +17,11 @@ class SandboxError(RuntimeError):
     """The sandbox itself could not run code (zygote failed to start, died, or stopped answering)."""
 
 
+class SandboxMisconfigured(SandboxError):
+    """The sandbox cannot run as configured here (its backend's package or cluster is missing): every
+    call would fail the same way, so the rollout stops at start-up."""
+
+
 class Backend(Protocol):
     """What ``Sandbox`` needs from a backend."""
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from strands_slime.sandbox.environment import is_secret_name
 
@@ -30,10 +30,26 @@ class SandboxConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    backend: Literal["zygote", "camel"] = Field(
+    backend: Literal["zygote", "camel", "ray"] = Field(
         default="zygote",
         description="'zygote': pre-started forking worker with isolation; 'camel': camel-ai's "
-        "SubprocessInterpreter (no isolation, parity with slime's strands example).",
+        "SubprocessInterpreter (no isolation, parity with slime's strands example); 'ray': a pool of "
+        "Ray actors on the cluster, each a zygote sandbox (tool calls run apart from the episodes).",
+    )
+    ray_actors: int = Field(
+        default=2,
+        ge=1,
+        le=4096,
+        description="backend ray: sandbox actors per process that runs episodes (slime's rollout "
+        "process, or each Ray episode worker).",
+    )
+    ray_resources: dict[str, float] = Field(
+        default_factory=lambda: {"CPU": 1.0},
+        description="backend ray: Ray resources of each sandbox actor (CPU, memory in bytes, or a custom "
+        "resource only some nodes have).",
+    )
+    ray_strategy: Literal["SPREAD", "DEFAULT"] = Field(
+        default="SPREAD", description="backend ray: Ray's scheduling strategy of the sandbox actors."
     )
     timeout_s: float = Field(default=60.0, gt=0, le=86_400, description="Wall-clock limit per execution.")
     cpu_time_s: float | None = Field(
@@ -144,6 +160,23 @@ class SandboxConfig(BaseModel):
             if not name or not all(part.isidentifier() for part in name.split(".")):
                 raise ValueError(f"preload_modules: {name!r} is not a module name")
         return value
+
+    @field_validator("ray_resources")
+    @classmethod
+    def _ray_resources_are_amounts(cls, value: dict[str, float]) -> dict[str, float]:
+        for name, amount in value.items():
+            if not name or name == "GPU":
+                raise ValueError(f"ray_resources: {name!r} cannot be asked for (sandbox actors use no GPU)")
+            if not 0 <= amount < float("inf"):
+                raise ValueError(f"ray_resources: {name} must be a finite amount >= 0, got {amount}")
+        return value
+
+    @model_validator(mode="after")
+    def _ray_settings_need_the_ray_backend(self) -> SandboxConfig:
+        stray = sorted(name for name in self.model_fields_set if name.startswith("ray_"))
+        if stray and self.backend != "ray":
+            raise ValueError(f"{', '.join(stray)} only apply with backend: ray (backend is {self.backend!r})")
+        return self
 
     @field_validator("env")
     @classmethod

@@ -15,6 +15,7 @@ from strands_slime.runtime import get_runtime
 from strands_slime.sandbox.base import Backend, SandboxError
 from strands_slime.sandbox.camel_backend import CamelBackend
 from strands_slime.sandbox.config import SandboxConfig
+from strands_slime.sandbox.ray_backend import RayBackend
 from strands_slime.sandbox.result import ExecutionResult, ResultKind
 from strands_slime.sandbox.zygote_backend import ZygoteBackend
 
@@ -33,6 +34,8 @@ class Sandbox:
         self._backend: Backend
         if self.config.backend == "camel":
             self._backend = CamelBackend(self.config)
+        elif self.config.backend == "ray":
+            self._backend = RayBackend(self.config)
         else:
             self._backend = ZygoteBackend(self.config)
         self._semaphore: asyncio.Semaphore | None = None
@@ -54,6 +57,12 @@ class Sandbox:
     def zygote_pid(self) -> int | None:
         """The zygote's pid while one runs; None before ``start``, after ``close`` and for camel."""
         return self._backend.pid
+
+    @property
+    def placements(self) -> list[Any]:
+        """Where executions run when the backend is a pool of Ray actors (``ray_backend.ActorPlacement``:
+        node id, pid, calls in flight, per live actor); empty for the local backends."""
+        return list(getattr(self._backend, "placements", ()))
 
     @property
     def closed(self) -> bool:
@@ -96,8 +105,9 @@ class Sandbox:
             )
         timeout_s = float(timeout) if timeout is not None else self.config.timeout_s
         cpu_s = self.config.cpu_time_s if self.config.cpu_time_s is not None else timeout_s
-        if self._semaphore is None:
-            self._semaphore = asyncio.Semaphore(self.config.effective_max_concurrency)
+        if self._semaphore is None:  # a pool of Ray actors takes every actor's share
+            limit = getattr(self._backend, "max_concurrency", None) or self.config.effective_max_concurrency
+            self._semaphore = asyncio.Semaphore(limit)
         async with self._semaphore:
             return await self._backend.execute(code, timeout_s, cpu_s)
 

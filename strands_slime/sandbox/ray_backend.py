@@ -1,0 +1,261 @@
+"""The sandbox's Ray backend: tool calls run in a pool of Ray actors, apart from the episodes.
+
+``sandbox: {backend: ray, ray_actors: M, ray_resources: {CPU: 1}}``. Model-written code can take
+seconds of CPU per call; with this backend it runs on whichever cluster nodes the pool's actors were
+placed on (``ray_strategy``, SPREAD by default), each actor a zygote sandbox of its own
+(:class:`~strands_slime.sandbox.zygote_backend.ZygoteBackend`, the same isolation and limits), while the
+episodes that call the tool stay light. The pool belongs to the process (and event loop) that runs the
+episodes, like any shared sandbox: slime's rollout process, or each Ray episode worker of the executor
+(then M actors per worker). Its actors are owned by that process and die with it.
+
+* **Dispatch.** Each call goes to the live actor with the fewest calls in flight; each actor runs at
+  most ``max_concurrency`` calls at once (default: 4 per CPU it reserves), the rest wait there.
+* **Aborts.** A cancelled call (the tool's abort check, a cancelled episode) cancels the actor's call
+  (``ray.cancel``), which kills the execution's process in the actor's zygote.
+* **Failures.** An actor that dies (its process, its node) turns its calls in flight into ``INFRA``
+  results that say so (the episode counts a sandbox failure, as for a broken zygote) and is replaced
+  in the background; calls go to the other actors meanwhile.
+* **Misconfiguration** (no ``ray`` module, no cluster connection, actors that do not start within
+  ``start_timeout_s``) fails :meth:`RayBackend.start` with :class:`SandboxMisconfigured`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import os
+from typing import Any, NamedTuple
+
+from strands_slime.ray_actors import actor_gone_errors, actor_options, death_reason, one_line
+from strands_slime.sandbox.base import SandboxError, SandboxMisconfigured
+from strands_slime.sandbox.config import SandboxConfig
+from strands_slime.sandbox.result import ExecutionResult, ResultKind
+from strands_slime.sandbox.zygote_backend import ZygoteBackend
+
+logger = logging.getLogger(__name__)
+
+MAX_CALLS_PER_ACTOR = 100_000
+"""The actor's ``max_concurrency`` for Ray: its own semaphore bounds the executions."""
+_MAX_RESTART_DELAY_S = 30.0
+
+
+def actor_concurrency(config: SandboxConfig) -> int:
+    """Executions one actor runs at once: ``max_concurrency``, else 4 per CPU it reserves (at least 1)."""
+    if config.max_concurrency is not None:
+        return config.max_concurrency
+    return max(1, math.ceil(4 * float(config.ray_resources.get("CPU", 1.0))))
+
+
+class SandboxActor:
+    """A Ray actor holding one zygote sandbox (created by :class:`RayBackend`)."""
+
+    def __init__(self, config: SandboxConfig) -> None:
+        inner = config.model_copy(update={"backend": "zygote"})
+        self._backend = ZygoteBackend(inner)
+        self._semaphore = asyncio.Semaphore(actor_concurrency(config))
+
+    async def start(self) -> dict[str, Any]:
+        """Start the zygote; its capabilities, with this actor's node and pid."""
+        import ray
+
+        await self._backend.start()
+        return {
+            **self._backend.capabilities,
+            "node_id": ray.get_runtime_context().get_node_id(),
+            "pid": os.getpid(),
+        }
+
+    async def execute(self, code: str, timeout_s: float, cpu_s: float) -> ExecutionResult:
+        """One execution (the zygote kills it when this call is cancelled)."""
+        async with self._semaphore:
+            return await self._backend.execute(code, timeout_s, cpu_s)
+
+
+class ActorPlacement(NamedTuple):
+    """Where one sandbox actor of the pool runs, and its calls in flight."""
+
+    node_id: str | None
+    pid: int | None
+    calls: int
+
+
+class _Member:
+    """One actor of the pool, as the owner sees it."""
+
+    def __init__(self, actor: Any) -> None:
+        self.actor = actor
+        self.inflight = 0
+        self.dead: str | None = None
+        self.node_id: str | None = None
+        self.pid: int | None = None
+
+
+class RayBackend:
+    """A pool of :class:`SandboxActor` on the Ray cluster (a ``Sandbox`` backend)."""
+
+    def __init__(self, config: SandboxConfig) -> None:
+        self.config = config
+        self.capabilities: dict[str, Any] = {}
+        self.max_concurrency = config.ray_actors * actor_concurrency(config)
+        """What the ``Sandbox`` front lets through at once: every actor's share."""
+        self._members: list[_Member] = []
+        self._actor_class: Any = None
+        self._started: asyncio.Future[None] | None = None
+        self._replacing: set[asyncio.Task[None]] = set()
+        self._ready = asyncio.Event()
+        self._closed = False
+
+    @property
+    def pid(self) -> int | None:
+        """No local long-lived process: the zygotes run in the actors."""
+        return None
+
+    @property
+    def placements(self) -> list[ActorPlacement]:
+        """Each live actor's node, pid and calls in flight."""
+        return [ActorPlacement(m.node_id, m.pid, m.inflight) for m in self._members if m.dead is None]
+
+    def _options(self) -> dict[str, Any]:
+        return actor_options(
+            self.config.ray_resources, self.config.ray_strategy, max_concurrency=MAX_CALLS_PER_ACTOR
+        )
+
+    async def start(self) -> None:
+        """Create and start every actor (once; concurrent callers share it). Raises ``SandboxError``."""
+        if self._started is None:
+            self._started = asyncio.ensure_future(self._start())
+        await asyncio.shield(self._started)
+
+    async def _start(self) -> None:
+        try:
+            import ray
+        except ImportError:
+            raise SandboxMisconfigured(
+                "sandbox.backend: ray needs the ray package, which is not installed (pip install ray)"
+            ) from None
+        if not ray.is_initialized():
+            raise SandboxMisconfigured(
+                "sandbox.backend: ray, but this process is not connected to a Ray cluster (slime's "
+                "rollout actor and the executor's Ray workers are)"
+            )
+        self._actor_class = ray.remote(SandboxActor)
+        members = await asyncio.gather(
+            *(self._launch() for _ in range(self.config.ray_actors)), return_exceptions=True
+        )
+        errors = [m for m in members if isinstance(m, BaseException)]
+        if errors:
+            self._kill_members()
+            raise errors[0]
+        self._ready.set()
+
+    async def _launch(self) -> _Member:
+        import ray
+
+        member = _Member(self._actor_class.options(**self._options()).remote(self.config))
+        try:
+            info = await asyncio.wait_for(member.actor.start.remote(), self.config.start_timeout_s)
+        except asyncio.TimeoutError:
+            ray.kill(member.actor, no_restart=True)
+            raise SandboxMisconfigured(
+                f"sandbox.backend: ray: a sandbox actor of {dict(self.config.ray_resources)} was not "
+                f"placed and started within start_timeout_s={self.config.start_timeout_s:g} s (too few "
+                "free resources in the cluster?)"
+            ) from None
+        except Exception as exc:
+            ray.kill(member.actor, no_restart=True)
+            raise SandboxError(f"a sandbox actor could not start: {one_line(exc)}") from exc
+        member.node_id, member.pid = info.pop("node_id"), info.pop("pid")
+        self.capabilities = {**info, "ray_actors": self.config.ray_actors}
+        if self._closed:
+            ray.kill(member.actor, no_restart=True)
+            raise SandboxError("the sandbox was closed during its start-up")
+        self._members.append(member)
+        return member
+
+    async def _pick(self) -> _Member | None:
+        while not self._closed:
+            live = [m for m in self._members if m.dead is None]
+            if live:
+                return min(live, key=lambda m: m.inflight)
+            self._ready.clear()
+            try:
+                await asyncio.wait_for(self._ready.wait(), self.config.start_timeout_s)
+            except asyncio.TimeoutError:
+                return None
+        return None
+
+    async def execute(self, code: str, timeout_s: float, cpu_s: float) -> ExecutionResult:
+        """Run ``code`` in one actor of the pool; an actor's death is an ``INFRA`` result."""
+        import ray
+
+        started = asyncio.get_running_loop().time()
+        try:
+            await self.start()
+        except SandboxError as exc:
+            return ExecutionResult.failure(ResultKind.INFRA, str(exc))
+        member = await self._pick()
+        if member is None:
+            return ExecutionResult.failure(ResultKind.INFRA, "no sandbox actor alive")
+        member.inflight += 1
+        ref = member.actor.execute.remote(code, timeout_s, cpu_s)
+        try:
+            return await ref
+        except asyncio.CancelledError:
+            ray.cancel(ref)
+            raise
+        except actor_gone_errors(ray) as exc:
+            reason = death_reason(exc)
+            self._lost(member, reason)
+            elapsed = asyncio.get_running_loop().time() - started
+            return ExecutionResult.failure(ResultKind.INFRA, f"sandbox actor died ({reason})", elapsed)
+        finally:
+            member.inflight -= 1
+
+    def _lost(self, member: _Member, reason: str) -> None:
+        if member.dead is not None or self._closed:
+            return
+        member.dead = reason
+        self._members.remove(member)
+        with contextlib.suppress(Exception):  # unreachable may not mean dead: it must not go on
+            import ray
+
+            ray.kill(member.actor, no_restart=True)
+        logger.error("sandbox actor (pid %s) died (%s); starting a replacement", member.pid, reason)
+        task = asyncio.ensure_future(self._replace())
+        self._replacing.add(task)
+        task.add_done_callback(self._replacing.discard)
+
+    async def _replace(self) -> None:
+        delay = 1.0
+        while not self._closed:
+            try:
+                await self._launch()
+                self._ready.set()
+                return
+            except Exception as exc:
+                logger.error("sandbox actor could not be replaced (retrying in %.0f s): %s", delay, exc)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _MAX_RESTART_DELAY_S)
+
+    async def close(self) -> None:
+        """Kill every actor (their zygotes die with them)."""
+        self._closed = True
+        for task in list(self._replacing):
+            task.cancel()
+        self.kill()
+
+    def kill(self) -> None:
+        """``ray.kill`` every actor; never blocks for long."""
+        self._closed = True
+        self._kill_members()
+
+    def _kill_members(self) -> None:
+        with contextlib.suppress(ImportError):
+            import ray
+
+            for member in self._members:
+                with contextlib.suppress(Exception):
+                    ray.kill(member.actor, no_restart=True)
+        self._members.clear()

@@ -1,0 +1,60 @@
+"""A real multi-node Ray cluster on this machine for the Ray backends' tests (``ray`` is a test
+dependency: without it the tests that use it skip).
+
+``ray.cluster_utils.Cluster`` starts a head and two more nodes, each its own raylet with 2 logical CPUs,
+in this host (custom resources: one ``episode_slot`` on every node, one ``sandbox_slot`` on each
+worker node, as labelled node pools would have); this process connects to it as slime's rollout actor is connected to slime's cluster. One
+cluster serves a test module (starting one takes ~20 s of this 2-core machine; the test suite forgets
+``ray``'s modules after every module that imported them) and is shut down at its end. Tests that remove
+a node leave the others (the head stays).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+NODE_CPUS = 2
+WORKER_NODES = 2
+EPISODE_RESOURCE = "episode_slot"
+"""A custom resource every node has one of: actors asking for it land on distinct nodes."""
+SANDBOX_RESOURCE = "sandbox_slot"
+"""A custom resource only the worker nodes have, one per node (as a CPU-only node pool would be labelled)."""
+
+
+@pytest.fixture(scope="module")
+def ray_cluster() -> Iterator[Any]:
+    """The running cluster (``cluster.head_node``, ``cluster.worker_nodes``), this process connected."""
+    ray = pytest.importorskip("ray", reason="ray (a [dev] test dependency) runs the Ray backends")
+    from ray.cluster_utils import Cluster
+
+    if ray.is_initialized():
+        ray.shutdown()
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={
+            "num_cpus": NODE_CPUS,
+            "resources": {EPISODE_RESOURCE: 1},
+            "include_dashboard": False,
+        },
+    )
+    try:
+        for _ in range(WORKER_NODES):
+            cluster.add_node(num_cpus=NODE_CPUS, resources={EPISODE_RESOURCE: 1, SANDBOX_RESOURCE: 1})
+        ray.init(address=cluster.address, log_to_driver=False, logging_level=logging.WARNING)
+        cluster.wait_for_nodes()
+        yield cluster
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+def node_of(cluster: Any, node_id: str) -> Any:
+    """The cluster's node object with this Ray node id (None for an unknown id)."""
+    for node in [cluster.head_node, *cluster.worker_nodes]:
+        if node.node_id == node_id:
+            return node
+    return None
