@@ -119,7 +119,6 @@ FAULT_NAMES = {
 }
 LOAD_LATENCY_MIX = [{"weight": 0.25, "delay_s": delay} for delay in (0.5, 1.0, 1.5, 2.0)]
 
-SAMPLING_PARAMS = sampling_params(RolloutOptions(data=Path("-"), out=Path("-"), max_response_len=2048))
 SOAK_CONFIG = {
     "client": {"timeout_s": 5.0, "max_retries": 8, "retry_delay_s": 0.2, "max_retry_delay_s": 2.0},
     "sandbox": {"timeout_s": 2.0},
@@ -413,7 +412,22 @@ class SoakResults:
 
 
 class Soak:
-    def __init__(self, *, episodes: int, load_episodes: int, seed: int, concurrency: int, step_size: int):
+    def __init__(
+        self,
+        *,
+        episodes: int,
+        load_episodes: int,
+        seed: int,
+        concurrency: int,
+        step_size: int,
+        upstream: str | None = None,
+        max_response_len: int = 2048,
+    ):
+        self.upstream = upstream
+        self.max_response_len = max_response_len
+        self.sampling_params = sampling_params(
+            RolloutOptions(data=Path("-"), out=Path("-"), max_response_len=max_response_len)
+        )
         self.episodes = episodes
         self.load_episodes = load_episodes
         self.seed = seed
@@ -428,12 +442,14 @@ class Soak:
             "seed": seed,
             "concurrency": concurrency,
             "step_size": step_size,
+            "upstream": "real SGLang behind a fault proxy" if upstream else "scripted dev server",
+            "max_response_len": max_response_len,
             "load_average_at_start": [round(x, 1) for x in os.getloadavg()],
         }
 
     def _args(self, url: str, concurrency: int, abort_event: threading.Event) -> Any:
         options = RolloutOptions(
-            data=Path("-"), out=Path("-"), concurrency=concurrency, max_response_len=2048
+            data=Path("-"), out=Path("-"), concurrency=concurrency, max_response_len=self.max_response_len
         )
         args = slime_args(options, url, None)
         args.strands_slime = SOAK_CONFIG
@@ -453,7 +469,7 @@ class Soak:
         async with semaphore:
             episode.started = time.time()
             try:
-                await generate(args, episode.sample, SAMPLING_PARAMS)
+                await generate(args, episode.sample, self.sampling_params)
                 if episode.sample.reward is None and status_name(episode.sample) != "aborted":
                     episode.sample.reward = await reward_func(args, episode.sample)
             except Exception as exc:  # an escaped exception is what the soak hunts for
@@ -658,7 +674,10 @@ class Soak:
             script = Path(tmp) / "script.json"
             script.write_text(json.dumps(soak_script()))
             # 8 generate at once, token by token: the server's aborts hit running and queued requests
-            fault_server = ServerProcess(script, ["--max-running-requests", "8", "--token-latency", "0.003"])
+            upstream = ["--upstream", self.upstream] if self.upstream else []
+            fault_server = ServerProcess(
+                script, ["--max-running-requests", "8", "--token-latency", "0.003", *upstream]
+            )
             await fault_server.start()
             timeout = aiohttp.ClientTimeout(total=60)
             async with aiohttp.ClientSession(timeout=timeout) as session:
@@ -672,7 +691,7 @@ class Soak:
                     await fault_server.stop()
                 if self.load_episodes:
                     load_server = ServerProcess(
-                        script, ["--max-running-requests", str(max(1024, self.load_episodes))]
+                        script, ["--max-running-requests", str(max(1024, self.load_episodes)), *upstream]
                     )
                     await load_server.start()
                     try:
@@ -706,6 +725,8 @@ async def run_soak(
     seed: int = 0,
     concurrency: int = 64,
     step_size: int = 100,
+    upstream: str | None = None,
+    max_response_len: int = 2048,
 ) -> SoakResults:
     return await Soak(
         episodes=episodes,
@@ -713,6 +734,8 @@ async def run_soak(
         seed=seed,
         concurrency=concurrency,
         step_size=step_size,
+        upstream=upstream,
+        max_response_len=max_response_len,
     ).run()
 
 
@@ -921,6 +944,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write-doc", action="store_true", help=f"rewrite {DOC_PATH.relative_to(REPO_ROOT)}")
     parser.add_argument("--note", default="", help="a sentence for the doc (e.g. a reduced run and why)")
     parser.add_argument("--json", type=Path, help="also write the raw results here")
+    parser.add_argument(
+        "--upstream",
+        metavar="URL",
+        help="run against this real SGLang server through a fault proxy (the same fault mix, server "
+        "aborts and proxy kill) instead of the scripted dev server",
+    )
+    parser.add_argument(
+        "--max-response-len", type=int, default=2048, help="the episode budget (small against a CPU SGLang)"
+    )
     ns = parser.parse_args(argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     results = asyncio.run(
@@ -930,6 +962,8 @@ def main(argv: list[str] | None = None) -> int:
             seed=ns.seed,
             concurrency=ns.concurrency,
             step_size=ns.step_size,
+            upstream=ns.upstream,
+            max_response_len=ns.max_response_len,
         )
     )
     print(render_text(results))
