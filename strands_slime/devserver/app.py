@@ -366,7 +366,7 @@ class DevServer:
             moe=self.moe,
             speculative=self.speculative,
         )
-        if parsed.n == 1:
+        if parsed.n <= 1:  # SGLang answers n < 1 like n = 1
             return await self.scheduler.submit(base)
         return await self.scheduler.submit_samples(base, parsed.n, lambda: self._next_seed(parsed))
 
