@@ -153,7 +153,7 @@ ERRORS: dict[str, dict[str, Any]] = {
     "hidden-states": {"input_ids": [1, 2], "return_hidden_states": True},
     "custom-logit-processor": {"input_ids": [1, 2], "custom_logit_processor": "x"},
     "structural-tag": {"input_ids": [1, 2], "sampling_params": {"structural_tag": "{}"}},
-    "n-zero": {"input_ids": [1, 2], "sampling_params": {"n": 0}},
+    "n-zero": {"input_ids": [1, 2], "sampling_params": {"n": 0, "temperature": 0, "max_new_tokens": 4}},
     "routed-start-past": {"input_ids": [1, 2], "return_routed_experts": True, "routed_experts_start_len": 5},
     # length limits (C = 4096; max_req_len = C - 1, max_req_input_len = C - 6)
     "prompt-at-context": {"input_ids": [7] * CONTEXT},

@@ -34,6 +34,8 @@ DOC_HEADING = "## Differences from SGLang 0.5.23"
 VOLATILE = {"id", "e2e_latency", "response_sent_to_client_ts", "cached_tokens", "cached_tokens_details"}
 """``meta_info`` values that differ between any two runs (ids, clocks, each server's cache history):
 only their presence and type are compared."""
+PRESENCE_ONLY = {"cached_tokens_details"}
+"""Null without a prefix-cache hit, an object with one: which it is depends on each server's history."""
 LOGPROB_KEYS = ("input_token_logprobs", "output_token_logprobs")
 TOP_KEYS = (
     "input_top_logprobs",
@@ -121,7 +123,7 @@ def compare_one(case: Case, dev: dict[str, Any], real: dict[str, Any]) -> list[s
         if key not in dev_meta or key not in meta:
             where = "dev" if key in dev_meta else "sglang"
             out.append(f"meta_info.{key}: only in {where}")
-        elif _type(dev_meta[key]) != _type(meta[key]):
+        elif key not in PRESENCE_ONLY and _type(dev_meta[key]) != _type(meta[key]):
             out.append(f"meta_info.{key} type: dev {_type(dev_meta[key])} / sglang {_type(meta[key])}")
     if not case.greedy:
         return out
