@@ -75,12 +75,8 @@ def reference_models(checkpoints: dict[int, Path]) -> dict[int, Any]:
 @pytest.fixture(scope="session")
 def sglang(checkpoints: dict[int, Path], lane_dir: Path) -> Iterator[SGLangServer]:
     """The session's shared SGLang server (seed-0 weights, default flags)."""
-    server = SGLangServer(checkpoints[0], lane_dir, name="main")
-    server.start()
-    try:
+    with SGLangServer(checkpoints[0], lane_dir, name="main") as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="session")

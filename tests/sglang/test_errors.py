@@ -37,18 +37,14 @@ LONG = {"max_new_tokens": 3000, "ignore_eos": True}
 @pytest.fixture(scope="module")
 def tight(checkpoints: dict[int, Path], lane_dir: Path) -> Iterator[SGLangServer]:
     """One running slot, one queue place, and SGLang's waiting timeout."""
-    server = SGLangServer(
+    with SGLangServer(
         checkpoints[0],
         lane_dir,
         name="tight",
         args=("--max-running-requests", "1", "--max-queued-requests", "1"),
         env={"SGLANG_REQ_WAITING_TIMEOUT": str(WAITING_TIMEOUT_S)},
-    )
-    server.start()
-    try:
+    ) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture

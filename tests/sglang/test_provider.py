@@ -10,16 +10,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from enum import Enum
 from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic import BaseModel, Field
 from sglang_server import SGLangServer
-from strands import Agent, tool
+from strands import Agent
 from strands.agent.conversation_manager import NullConversationManager
 from strands.types.exceptions import MaxTokensReachedException
+from test_structured_output_hf import Verdict, rate  # a model and a tool with enum and int fields
 
 from strands_slime.devserver import FaultProxy, full_forward_logprobs
 from strands_slime.provider.client import SGLangClient
@@ -30,28 +29,6 @@ pytestmark = pytest.mark.sglang
 TOLERANCE = 1e-5
 IM_END = 151645
 DIGITS = {"type": "integer", "minimum": 10, "maximum": 99}
-
-
-class Mood(str, Enum):
-    CALM = "calm"
-    ANGRY = "angry"
-
-
-class Verdict(BaseModel):
-    ok: bool
-    mood: Mood
-    score: int = Field(ge=0, le=9)
-
-
-@tool
-async def rate(mood: Mood, score: int) -> str:
-    """Rate something.
-
-    Args:
-        mood: The mood.
-        score: A score.
-    """
-    return f"{mood.value}:{score}"
 
 
 @pytest.fixture
