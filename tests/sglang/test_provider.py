@@ -46,6 +46,7 @@ async def client(recorder: FaultProxy) -> AsyncIterator[SGLangClient]:
 def agent_for(model: SGLangModel, **kwargs: Any) -> Agent:
     return Agent(
         model=model,
+        plugins=[model.plugin()],
         callback_handler=None,
         conversation_manager=NullConversationManager(),
         retry_strategy=None,
