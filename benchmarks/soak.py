@@ -3,6 +3,12 @@
     python benchmarks/soak.py                          # full: 3,000 fault episodes + 1,024 load episodes
     python benchmarks/soak.py --episodes 300 --load-episodes 64     # what the test suite runs
     python benchmarks/soak.py --write-doc              # also rewrite docs/soak.md
+    python benchmarks/soak.py --upstream http://127.0.0.1:30000 --episodes 60 --load-episodes 16 \
+        --concurrency 8 --step-size 20 --max-response-len 24 --request-timeout 15   # a real SGLang
+
+With ``--upstream`` the same fault mix, server aborts and kill/restart hit a real SGLang server (or
+router): a fault proxy (``strands_slime.devserver --upstream``) in a child process takes the dev
+server's place, and it is the proxy that is killed and restarted.
 
 Fault phase: episodes run in slime-like rollout steps (a fresh ``args`` per step, ``concurrency``
 in flight) against a dev server in a child process. Every ``/generate`` request draws a fault from a
@@ -422,8 +428,10 @@ class Soak:
         step_size: int,
         upstream: str | None = None,
         max_response_len: int = 2048,
+        request_timeout_s: float = 5.0,
     ):
         self.upstream = upstream
+        self.config = {**SOAK_CONFIG, "client": {**SOAK_CONFIG["client"], "timeout_s": request_timeout_s}}
         self.max_response_len = max_response_len
         self.sampling_params = sampling_params(
             RolloutOptions(data=Path("-"), out=Path("-"), max_response_len=max_response_len)
@@ -444,6 +452,7 @@ class Soak:
             "step_size": step_size,
             "upstream": "real SGLang behind a fault proxy" if upstream else "scripted dev server",
             "max_response_len": max_response_len,
+            "request_timeout_s": request_timeout_s,
             "load_average_at_start": [round(x, 1) for x in os.getloadavg()],
         }
 
@@ -452,7 +461,7 @@ class Soak:
             data=Path("-"), out=Path("-"), concurrency=concurrency, max_response_len=self.max_response_len
         )
         args = slime_args(options, url, None)
-        args.strands_slime = SOAK_CONFIG
+        args.strands_slime = self.config
         args.abort_event = abort_event
         return args
 
@@ -727,6 +736,7 @@ async def run_soak(
     step_size: int = 100,
     upstream: str | None = None,
     max_response_len: int = 2048,
+    request_timeout_s: float = 5.0,
 ) -> SoakResults:
     return await Soak(
         episodes=episodes,
@@ -736,6 +746,7 @@ async def run_soak(
         step_size=step_size,
         upstream=upstream,
         max_response_len=max_response_len,
+        request_timeout_s=request_timeout_s,
     ).run()
 
 
@@ -953,6 +964,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--max-response-len", type=int, default=2048, help="the episode budget (small against a CPU SGLang)"
     )
+    parser.add_argument(
+        "--request-timeout",
+        type=float,
+        default=5.0,
+        help="the client's timeout_s (below the 20 s hang the mix injects; a CPU SGLang needs more than 5)",
+    )
     ns = parser.parse_args(argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     results = asyncio.run(
@@ -964,6 +981,7 @@ def main(argv: list[str] | None = None) -> int:
             step_size=ns.step_size,
             upstream=ns.upstream,
             max_response_len=ns.max_response_len,
+            request_timeout_s=ns.request_timeout,
         )
     )
     print(render_text(results))
