@@ -122,7 +122,8 @@ async def test_a_running_request_aborted_by_rid_returns_its_partial_output(
     await client.abort("job")  # an exact live rid; every live rid starting with it is aborted too
     for reply in await asyncio.gather(task, other):
         assert_aborted_while_running(reply)
-    await wait_until(lambda: _idle(sglang.url, time.time()), what="SGLang idle", timeout=60)
+    aborted = time.time()
+    await wait_until(lambda: _idle(sglang.url, aborted), what="SGLang idle", timeout=60)
 
 
 async def _running(url: str, count: int, since: float = 0.0) -> bool:

@@ -74,8 +74,8 @@ def check_logprobs(sample: Any, reference: Any) -> None:
             assert abs(logprob - expected[prompt + offset - 1]) <= TOLERANCE, offset
 
 
-async def idle(url: str) -> bool:
-    return await running_and_waiting(url, time.time()) == (0, 0)
+async def idle(url: str, since: float) -> bool:
+    return await running_and_waiting(url, since) == (0, 0)
 
 
 async def running(url: str, count: int, since: float) -> bool:
@@ -154,8 +154,10 @@ async def test_over_sampling_abort_with_partial_rollout(
     )
     source = data_source(args)
     groups, aborted, _ = await rollout(args, source)
+    returned = time.time()
     assert len(groups) == 1 and all(s.status.name == "TRUNCATED" for s in groups[0])
-    assert await idle(sglang.url), "slime's /abort_request and /v1/loads polling left SGLang idle"
+    # slime returned once /v1/loads said idle after its /abort_request; a later snapshot agrees
+    await wait_until(lambda: idle(sglang.url, returned), what="SGLang idle after slime's abort", timeout=60)
     recycled = flatten(aborted)
     assert len(recycled) == 4 and all(s.status.name == "ABORTED" for s in recycled)
     for sample in recycled:  # a sample slime never started has nothing of ours in its metadata
