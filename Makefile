@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 SOAK_ARGS ?=
 
-.PHONY: test test-fast test-slow test-py310 lint format demo bench bench-quick soak data clean chromium
+.PHONY: test test-fast test-slow test-py310 test-sglang lint format demo bench bench-quick soak data clean chromium
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -90,6 +90,25 @@ test-py310: $(PY310_STAMP)
 	$(PY310_VENV)/bin/python -m pytest --lane unit $(PYTEST_ARGS)
 endif
 
+# The SGLang lane: real SGLang 0.5.23 on the CPU (tests/sglang, docs/sglang-lane.md). Not part of
+# `make test`; .ci/run adds it when STRANDS_SLIME_SGLANG_LANE=1. Its venv is built once (about 6.3 GB,
+# 4-15 min on 2 cores) from a curated, pinned list: tests/sglang/requirements.txt says why not the 11 GB
+# `pip install sglang`. The tests start the servers they need and stop them.
+SGLANG_VENV ?= .venv-sglang
+SGLANG_STAMP := $(SGLANG_VENV)/.installed
+SGLANG_VERSION := 0.5.23
+
+$(SGLANG_STAMP): tests/sglang/requirements.txt tests/sglang/constraints.txt
+	rm -rf $(SGLANG_VENV)
+	$(PYTHON) -m venv $(SGLANG_VENV)
+	$(SGLANG_VENV)/bin/python -m pip install -q --upgrade pip
+	$(SGLANG_VENV)/bin/python -m pip install -q -r tests/sglang/requirements.txt -c tests/sglang/constraints.txt
+	$(SGLANG_VENV)/bin/python -m pip install -q --no-deps sglang==$(SGLANG_VERSION)
+	touch $(SGLANG_STAMP)
+
+test-sglang: $(STAMP) $(SGLANG_STAMP)
+	SGLANG_PYTHON=$(SGLANG_VENV)/bin/python $(BIN)/python -m pytest -c tests/sglang/pytest.ini tests/sglang $(PYTEST_ARGS)
+
 demo: $(DEMO_STAMP)
 	$(DEMO_VENV)/bin/strands-slime demo
 
@@ -108,4 +127,4 @@ soak: $(STAMP)
 	$(BIN)/python benchmarks/soak.py $(SOAK_ARGS)
 
 clean:
-	rm -rf $(VENV) $(DEMO_VENV) $(PY310_VENV) .venv-peer .pytest_cache .ruff_cache .hypothesis build *.egg-info
+	rm -rf $(VENV) $(DEMO_VENV) $(PY310_VENV) $(SGLANG_VENV) .venv-peer .pytest_cache .ruff_cache .hypothesis build *.egg-info

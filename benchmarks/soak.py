@@ -3,6 +3,12 @@
     python benchmarks/soak.py                          # full: 3,000 fault episodes + 1,024 load episodes
     python benchmarks/soak.py --episodes 300 --load-episodes 64     # what the test suite runs
     python benchmarks/soak.py --write-doc              # also rewrite docs/soak.md
+    python benchmarks/soak.py --upstream http://127.0.0.1:30000 --episodes 60 --load-episodes 16 \
+        --concurrency 8 --step-size 20 --max-response-len 24 --request-timeout 15   # a real SGLang
+
+With ``--upstream`` the same fault mix, server aborts and kill/restart hit a real SGLang server (or
+router): a fault proxy (``strands_slime.devserver --upstream``) in a child process takes the dev
+server's place, and it is the proxy that is killed and restarted.
 
 Fault phase: episodes run in slime-like rollout steps (a fresh ``args`` per step, ``concurrency``
 in flight) against a dev server in a child process. Every ``/generate`` request draws a fault from a
@@ -119,7 +125,6 @@ FAULT_NAMES = {
 }
 LOAD_LATENCY_MIX = [{"weight": 0.25, "delay_s": delay} for delay in (0.5, 1.0, 1.5, 2.0)]
 
-SAMPLING_PARAMS = sampling_params(RolloutOptions(data=Path("-"), out=Path("-"), max_response_len=2048))
 SOAK_CONFIG = {
     "client": {"timeout_s": 5.0, "max_retries": 8, "retry_delay_s": 0.2, "max_retry_delay_s": 2.0},
     "sandbox": {"timeout_s": 2.0},
@@ -413,7 +418,24 @@ class SoakResults:
 
 
 class Soak:
-    def __init__(self, *, episodes: int, load_episodes: int, seed: int, concurrency: int, step_size: int):
+    def __init__(
+        self,
+        *,
+        episodes: int,
+        load_episodes: int,
+        seed: int,
+        concurrency: int,
+        step_size: int,
+        upstream: str | None = None,
+        max_response_len: int = 2048,
+        request_timeout_s: float = 5.0,
+    ):
+        self.upstream = upstream
+        self.config = {**SOAK_CONFIG, "client": {**SOAK_CONFIG["client"], "timeout_s": request_timeout_s}}
+        self.max_response_len = max_response_len
+        self.sampling_params = sampling_params(
+            RolloutOptions(data=Path("-"), out=Path("-"), max_response_len=max_response_len)
+        )
         self.episodes = episodes
         self.load_episodes = load_episodes
         self.seed = seed
@@ -428,15 +450,18 @@ class Soak:
             "seed": seed,
             "concurrency": concurrency,
             "step_size": step_size,
+            "upstream": "real SGLang behind a fault proxy" if upstream else "scripted dev server",
+            "max_response_len": max_response_len,
+            "request_timeout_s": request_timeout_s,
             "load_average_at_start": [round(x, 1) for x in os.getloadavg()],
         }
 
     def _args(self, url: str, concurrency: int, abort_event: threading.Event) -> Any:
         options = RolloutOptions(
-            data=Path("-"), out=Path("-"), concurrency=concurrency, max_response_len=2048
+            data=Path("-"), out=Path("-"), concurrency=concurrency, max_response_len=self.max_response_len
         )
         args = slime_args(options, url, None)
-        args.strands_slime = SOAK_CONFIG
+        args.strands_slime = self.config
         args.abort_event = abort_event
         return args
 
@@ -453,7 +478,7 @@ class Soak:
         async with semaphore:
             episode.started = time.time()
             try:
-                await generate(args, episode.sample, SAMPLING_PARAMS)
+                await generate(args, episode.sample, self.sampling_params)
                 if episode.sample.reward is None and status_name(episode.sample) != "aborted":
                     episode.sample.reward = await reward_func(args, episode.sample)
             except Exception as exc:  # an escaped exception is what the soak hunts for
@@ -658,7 +683,10 @@ class Soak:
             script = Path(tmp) / "script.json"
             script.write_text(json.dumps(soak_script()))
             # 8 generate at once, token by token: the server's aborts hit running and queued requests
-            fault_server = ServerProcess(script, ["--max-running-requests", "8", "--token-latency", "0.003"])
+            upstream = ["--upstream", self.upstream] if self.upstream else []
+            fault_server = ServerProcess(
+                script, ["--max-running-requests", "8", "--token-latency", "0.003", *upstream]
+            )
             await fault_server.start()
             timeout = aiohttp.ClientTimeout(total=60)
             async with aiohttp.ClientSession(timeout=timeout) as session:
@@ -672,7 +700,7 @@ class Soak:
                     await fault_server.stop()
                 if self.load_episodes:
                     load_server = ServerProcess(
-                        script, ["--max-running-requests", str(max(1024, self.load_episodes))]
+                        script, ["--max-running-requests", str(max(1024, self.load_episodes)), *upstream]
                     )
                     await load_server.start()
                     try:
@@ -706,6 +734,9 @@ async def run_soak(
     seed: int = 0,
     concurrency: int = 64,
     step_size: int = 100,
+    upstream: str | None = None,
+    max_response_len: int = 2048,
+    request_timeout_s: float = 5.0,
 ) -> SoakResults:
     return await Soak(
         episodes=episodes,
@@ -713,6 +744,9 @@ async def run_soak(
         seed=seed,
         concurrency=concurrency,
         step_size=step_size,
+        upstream=upstream,
+        max_response_len=max_response_len,
+        request_timeout_s=request_timeout_s,
     ).run()
 
 
@@ -921,6 +955,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write-doc", action="store_true", help=f"rewrite {DOC_PATH.relative_to(REPO_ROOT)}")
     parser.add_argument("--note", default="", help="a sentence for the doc (e.g. a reduced run and why)")
     parser.add_argument("--json", type=Path, help="also write the raw results here")
+    parser.add_argument(
+        "--upstream",
+        metavar="URL",
+        help="run against this real SGLang server through a fault proxy (the same fault mix, server "
+        "aborts and proxy kill) instead of the scripted dev server",
+    )
+    parser.add_argument(
+        "--max-response-len", type=int, default=2048, help="the episode budget (small against a CPU SGLang)"
+    )
+    parser.add_argument(
+        "--request-timeout",
+        type=float,
+        default=5.0,
+        help="the client's timeout_s (below the 20 s hang the mix injects; a CPU SGLang needs more than 5)",
+    )
     ns = parser.parse_args(argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     results = asyncio.run(
@@ -930,6 +979,9 @@ def main(argv: list[str] | None = None) -> int:
             seed=ns.seed,
             concurrency=ns.concurrency,
             step_size=ns.step_size,
+            upstream=ns.upstream,
+            max_response_len=ns.max_response_len,
+            request_timeout_s=ns.request_timeout,
         )
     )
     print(render_text(results))

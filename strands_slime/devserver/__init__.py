@@ -1,7 +1,8 @@
 """SGLang-compatible CPU dev server: the native ``/generate`` protocol on a laptop.
 
 ``DevServer`` runs in-process (``async with``), ``DevServerThread`` in a background thread for sync
-callers, ``DevServerProcess`` as a child process; ``serve_main`` is the command line. Backends:
+callers, ``DevServerProcess`` as a child process; ``serve_main`` is the command line. ``FaultProxy`` puts the
+same ``/dev/`` test hooks (request log, faults) in front of a real SGLang server. Backends:
 ``scripted`` (deterministic replies from a :class:`Script`) and ``hf`` (a real transformers model on
 CPU; ``build_tiny_qwen3`` and ``full_forward_logprobs`` are exported for fidelity tests). Importing
 this package does not import torch.
@@ -23,7 +24,9 @@ from strands_slime.devserver.backends.scripted import (
 )
 from strands_slime.devserver.cli import URL_LINE_PREFIX, serve_main
 from strands_slime.devserver.faults import Fault
+from strands_slime.devserver.hooks import TestHooks
 from strands_slime.devserver.protocol import ProtocolError, SamplingParams
+from strands_slime.devserver.proxy import FaultProxy
 from strands_slime.devserver.runners import DevServerProcess, DevServerThread
 
 _LAZY = {
@@ -39,12 +42,14 @@ __all__ = [
     "DevServerProcess",
     "DevServerThread",
     "Fault",
+    "FaultProxy",
     "ProtocolError",
     "Reply",
     "Rule",
     "SamplingParams",
     "Script",
     "ScriptError",
+    "TestHooks",
     "scripted_input_logprobs",
     "scripted_logprob",
     "scripted_output_logprobs",

@@ -33,14 +33,7 @@ from strands_slime.devserver.control import (
     parse_weight_update,
     parse_weight_version,
 )
-from strands_slime.devserver.faults import (
-    DroppedConnection,
-    Fault,
-    FaultMix,
-    FaultQueue,
-    apply_fault,
-    cut_reply,
-)
+from strands_slime.devserver.hooks import TestHooks, dumps, error_reply, json_body, json_reply
 from strands_slime.devserver.info import SGLANG_VERSION, loads_body, model_info_body, models_body
 from strands_slime.devserver.protocol import (
     ContextLimits,
@@ -51,7 +44,6 @@ from strands_slime.devserver.protocol import (
     speculative_server_args,
 )
 from strands_slime.devserver.request import MoEShape
-from strands_slime.devserver.request_log import RequestLog, redacted_headers
 from strands_slime.devserver.scheduler import Scheduler
 from strands_slime.devserver.validation import build_generation_request
 
@@ -61,33 +53,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 CLIENT_MAX_SIZE = 512 * 1024 * 1024
-
-
-def _dumps(obj: Any) -> str:
-    return json.dumps(obj, separators=(",", ":"), allow_nan=False)
-
-
-def _json_reply(body: Any, status: int = 200) -> web.Response:
-    return web.json_response(body, status=status, dumps=_dumps)
-
-
-def _error_reply(exc: ProtocolError) -> web.Response:
-    return _json_reply(exc.body, exc.status)
-
-
-async def _json_body(request: web.Request) -> Any:
-    """The decoded body; an empty body is ``{}``.
-
-    Raises:
-        ProtocolError: the body is not JSON (an E1 400).
-    """
-    raw = await request.read()
-    if not raw.strip():
-        return {}
-    try:
-        return json.loads(raw)
-    except ValueError as exc:
-        raise ProtocolError.pydantic(f"JSON decode error: {exc}") from None
 
 
 class DevServer:
@@ -136,8 +101,6 @@ class DevServer:
             raise ValueError(f"max_total_tokens must be at least 8, got {max_total_tokens}")
         if latency < 0 or token_latency < 0:
             raise ValueError("latency and token_latency must be >= 0")
-        if request_log_size < 1:
-            raise ValueError(f"request_log_size must be >= 1, got {request_log_size}")
         self.moe = MoEShape.from_option(routed_experts)
         self.speculative = SpeculativeDecoding.from_options(
             speculative_algorithm, speculative_num_draft_tokens
@@ -164,8 +127,7 @@ class DevServer:
         self._prefix_cache_tokens = prefix_cache_tokens
         self.return_original_logprob = return_original_logprob
         self.constrained_json_disable_any_whitespace = constrained_json_disable_any_whitespace
-        self._log = RequestLog(request_log_size)
-        self._faults = FaultQueue()
+        self.hooks = TestHooks(request_log_size)
         self._rng = random.Random(seed)
         self._runner: web.AppRunner | None = None
         self._ready = False
@@ -261,48 +223,24 @@ class DevServer:
 
     @property
     def request_log(self) -> list[dict[str, Any]]:
-        """Every received ``/generate`` request, oldest first: ``{"json", "headers", "status", "time"}``."""
-        return self._log.entries()
+        """Every received ``/generate`` request, oldest first (see :class:`TestHooks`)."""
+        return self.hooks.request_log
 
     def clear_request_log(self) -> None:
         """Forget the logged requests."""
-        self._log.clear()
+        self.hooks.clear_request_log()
 
-    def inject_fault(
-        self,
-        *,
-        status: int | None = None,
-        count: int = 1,
-        drop_connection: bool = False,
-        delay_s: float = 0.0,
-        message: str | None = None,
-        cut_body: str | None = None,
-    ) -> None:
-        """Make the next ``count`` ``/generate`` requests fail (status, dropped, cut body) or wait ``delay_s``.
-
-        Raises:
-            ValueError: an invalid fault (see :meth:`Fault.from_obj`).
-        """
-        spec: dict[str, Any] = {"count": count, "drop_connection": drop_connection, "delay_s": delay_s}
-        if status is not None:
-            spec["status"] = status
-        if cut_body is not None:
-            spec["cut_body"] = cut_body
-        if message is not None:
-            spec["message"] = message
-        self._faults.add([Fault.from_obj(spec)])
+    def inject_fault(self, **fault: Any) -> None:
+        """Fail or delay the next ``/generate`` requests (:meth:`TestHooks.inject_fault`)."""
+        self.hooks.inject_fault(**fault)
 
     def clear_faults(self) -> None:
         """Drop the pending faults and the fault mix."""
-        self._faults.clear()
+        self.hooks.clear_faults()
 
     def set_fault_mix(self, faults: list[dict[str, Any]], seed: int = 0) -> None:
-        """From now on every ``/generate`` request draws a fault from ``faults`` (each with a ``weight``).
-
-        Raises:
-            ValueError: an invalid mix (see :class:`FaultMix`).
-        """
-        self._faults.mix = FaultMix(faults, seed)
+        """A seeded fault draw for every ``/generate`` request (:meth:`TestHooks.set_fault_mix`)."""
+        self.hooks.set_fault_mix(faults, seed)
 
     def abort(self, rid: str | None = None, *, abort_all: bool = False) -> int:
         """Abort like ``POST /abort_request``; returns how many requests matched."""
@@ -397,43 +335,20 @@ class DevServer:
                 ),
                 web.post("/pause_generation", self._handle_pause),
                 web.post("/continue_generation", self._handle_continue),
-                web.get("/dev/requests", self._handle_dev_requests),
-                web.delete("/dev/requests", self._handle_dev_requests_clear),
-                web.get("/dev/faults", self._handle_dev_faults),
-                web.post("/dev/faults", self._handle_dev_faults_add),
-                web.delete("/dev/faults", self._handle_dev_faults_clear),
-                web.post("/dev/fault_mix", self._handle_dev_fault_mix),
+                *self.hooks.routes(),
             ]
         )
         return app
 
     async def _handle_generate(self, request: web.Request) -> web.StreamResponse:
-        entry = self._log.add(redacted_headers(request))
+        return await self.hooks.serve(request, self._generate_reply)
+
+    async def _generate_reply(self, raw: bytes) -> tuple[int, bytes]:
         try:
-            raw = await request.read()
-            self._log.set_body(entry, raw)
-            body: Any = None
-            decode_error: ProtocolError | None = None
-            try:
-                body = json.loads(raw)
-            except ValueError as exc:
-                decode_error = ProtocolError.pydantic(f"JSON decode error: {exc}")
-            fault = self._faults.take()
-            if fault is not None:
-                entry.fault = fault.label()
-                await apply_fault(request, fault)
-            if decode_error is not None:
-                raise decode_error
-            result = await self._generate(parse_generate(body))
-            entry.status = 200
-            if fault is not None and fault.cut_body is not None:
-                return await cut_reply(request, _dumps(result).encode(), fault.cut_body)
-            return _json_reply(result)
-        except ProtocolError as exc:
-            entry.status = exc.status
-            return _error_reply(exc)
-        except DroppedConnection:
-            raise asyncio.CancelledError from None
+            body = json.loads(raw)
+        except ValueError as exc:
+            raise ProtocolError.pydantic(f"JSON decode error: {exc}") from None
+        return 200, dumps(await self._generate(parse_generate(body))).encode()
 
     def _next_seed(self, parsed: ParsedGenerate) -> int:
         if parsed.params.sampling_seed is not None:
@@ -451,7 +366,7 @@ class DevServer:
             moe=self.moe,
             speculative=self.speculative,
         )
-        if parsed.n == 1:
+        if parsed.n <= 1:  # SGLang answers n < 1 like n = 1
             return await self.scheduler.submit(base)
         return await self.scheduler.submit_samples(base, parsed.n, lambda: self._next_seed(parsed))
 
@@ -459,14 +374,14 @@ class DevServer:
         return web.Response(status=200 if self._ready else 503)
 
     async def _handle_model_info(self, request: web.Request) -> web.Response:
-        return _json_reply(self.model_info())
+        return json_reply(self.model_info())
 
     async def _handle_server_info(self, request: web.Request) -> web.Response:
-        return _json_reply(self.server_info())
+        return json_reply(self.server_info())
 
     async def _handle_models(self, request: web.Request) -> web.Response:
         assert self.limits is not None
-        return _json_reply(
+        return json_reply(
             models_body(
                 self.served_model_name, created=self._started_at, max_model_len=self.limits.context_length
             )
@@ -482,15 +397,15 @@ class DevServer:
                 cache_hit_rate=self.backend.cache_stats().get("cache_hit_rate", 0.0),
             )
         except ProtocolError as exc:
-            return _error_reply(exc)
-        return _json_reply(body)
+            return error_reply(exc)
+        return json_reply(body)
 
     async def _handle_abort(self, request: web.Request) -> web.Response:
         assert self.scheduler is not None
         try:
-            rid, abort_all = parse_abort(await _json_body(request))
+            rid, abort_all = parse_abort(await json_body(request))
         except ProtocolError as exc:
-            return _error_reply(exc)
+            return error_reply(exc)
         self.scheduler.abort(rid, abort_all=abort_all)
         return web.Response(status=200)
 
@@ -504,81 +419,39 @@ class DevServer:
     async def _handle_update_weight_version(self, request: web.Request) -> web.Response:
         assert self.scheduler is not None
         try:
-            version, abort_all = parse_weight_version(await _json_body(request))
+            version, abort_all = parse_weight_version(await json_body(request))
         except ProtocolError as exc:
-            return _error_reply(exc)
+            return error_reply(exc)
         if abort_all:
             self.scheduler.abort(abort_all=True)
         self.weight_version = version
-        return _json_reply(
+        return json_reply(
             {"success": True, "message": f"Weight version updated to {version}", "new_version": version}
         )
 
     async def _handle_update_weights(self, request: web.Request) -> web.Response:
         assert self.scheduler is not None
         try:
-            update = parse_weight_update(request.path.rsplit("_", 1)[-1], await _json_body(request))
+            update = parse_weight_update(request.path.rsplit("_", 1)[-1], await json_body(request))
         except ProtocolError as exc:
-            return _error_reply(exc)
+            return error_reply(exc)
         if update.abort_all_requests:
             self.scheduler.abort(abort_all=True)
         if update.weight_version is not None:
             self.weight_version = update.weight_version
-        return _json_reply(update.reply())
+        return json_reply(update.reply())
 
     async def _handle_pause(self, request: web.Request) -> web.Response:
         assert self.scheduler is not None
         try:
-            parse_pause(await _json_body(request))
+            parse_pause(await json_body(request))
         except ProtocolError as exc:
-            return _error_reply(exc)
+            return error_reply(exc)
         self.scheduler.pause()
         await self.scheduler.wait_until_idle()  # SGLang replies once the aborted requests ended
-        return _json_reply(PAUSED)
+        return json_reply(PAUSED)
 
     async def _handle_continue(self, request: web.Request) -> web.Response:
         assert self.scheduler is not None
         self.scheduler.resume()
-        return _json_reply(CONTINUED)
-
-    async def _handle_dev_requests(self, request: web.Request) -> web.Response:
-        return _json_reply(self.request_log)
-
-    async def _handle_dev_requests_clear(self, request: web.Request) -> web.Response:
-        return _json_reply({"cleared": self._log.clear()})
-
-    async def _handle_dev_faults(self, request: web.Request) -> web.Response:
-        return _json_reply(self._faults.describe())
-
-    async def _handle_dev_faults_add(self, request: web.Request) -> web.Response:
-        try:
-            body = await _json_body(request)
-            faults = (
-                [Fault.from_obj(item) for item in body] if isinstance(body, list) else [Fault.from_obj(body)]
-            )
-        except ProtocolError as exc:
-            return _error_reply(exc)
-        except ValueError as exc:
-            return _error_reply(ProtocolError.value(f"bad fault: {exc}"))
-        self._faults.add(faults)
-        return _json_reply({"pending": self._faults.describe()})
-
-    async def _handle_dev_faults_clear(self, request: web.Request) -> web.Response:
-        self.clear_faults()
-        return _json_reply({"pending": []})
-
-    async def _handle_dev_fault_mix(self, request: web.Request) -> web.Response:
-        try:
-            body = await _json_body(request)
-            if not isinstance(body, dict):
-                raise ValueError('send {"faults": [...], "seed": N}')
-            seed = body.get("seed", 0)
-            if not isinstance(seed, int) or isinstance(seed, bool):
-                raise ValueError(f"seed must be an integer, got {seed!r}")
-            self.set_fault_mix(body.get("faults"), seed)
-        except ProtocolError as exc:
-            return _error_reply(exc)
-        except ValueError as exc:
-            return _error_reply(ProtocolError.value(f"bad fault mix: {exc}"))
-        assert self._faults.mix is not None
-        return _json_reply(self._faults.mix.describe())
+        return json_reply(CONTINUED)

@@ -102,38 +102,53 @@ def build_parser(prog: str = "python -m strands_slime.devserver") -> argparse.Ar
         action="store_true",
         help="json_schema constraints admit no free whitespace between JSON tokens (SGLang's flag)",
     )
+    parser.add_argument(
+        "--upstream",
+        default=None,
+        metavar="URL",
+        help="serve a fault proxy in front of this SGLang server or router instead (the /dev/ test hooks "
+        "on its /generate; the backend options are ignored)",
+    )
     parser.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"))
     return parser
 
 
 async def _serve(args: argparse.Namespace) -> int:
     from strands_slime.devserver.app import DevServer
+    from strands_slime.devserver.proxy import FaultProxy
 
-    server = DevServer(
-        args.backend,
-        host=args.host,
-        port=args.port,
-        script=args.script,
-        model=args.model,
-        tokenizer=args.tokenizer,
-        context_length=args.context_length,
-        max_running_requests=args.max_running_requests,
-        max_queued_requests=args.max_queued_requests,
-        max_total_tokens=args.max_total_tokens,
-        weight_version=args.weight_version,
-        latency=args.latency,
-        token_latency=args.token_latency,
-        seed=args.seed,
-        model_seed=args.model_seed,
-        served_model_name=args.served_model_name,
-        prefix_cache_tokens=args.prefix_cache_tokens,
-        return_original_logprob=args.return_original_logprob,
-        request_log_size=args.request_log_size,
-        speculative_algorithm=args.speculative_algorithm,
-        routed_experts=tuple(args.routed_experts) if args.routed_experts else None,
-        speculative_num_draft_tokens=args.speculative_num_draft_tokens,
-        constrained_json_disable_any_whitespace=args.constrained_json_disable_any_whitespace,
-    )
+    if args.upstream:
+        server: DevServer | FaultProxy = FaultProxy(
+            args.upstream, host=args.host, port=args.port, request_log_size=args.request_log_size
+        )
+        what = f"fault proxy in front of {args.upstream}"
+    else:
+        what = f"dev server ({args.backend} backend)"
+        server = DevServer(
+            args.backend,
+            host=args.host,
+            port=args.port,
+            script=args.script,
+            model=args.model,
+            tokenizer=args.tokenizer,
+            context_length=args.context_length,
+            max_running_requests=args.max_running_requests,
+            max_queued_requests=args.max_queued_requests,
+            max_total_tokens=args.max_total_tokens,
+            weight_version=args.weight_version,
+            latency=args.latency,
+            token_latency=args.token_latency,
+            seed=args.seed,
+            model_seed=args.model_seed,
+            served_model_name=args.served_model_name,
+            prefix_cache_tokens=args.prefix_cache_tokens,
+            return_original_logprob=args.return_original_logprob,
+            request_log_size=args.request_log_size,
+            speculative_algorithm=args.speculative_algorithm,
+            routed_experts=tuple(args.routed_experts) if args.routed_experts else None,
+            speculative_num_draft_tokens=args.speculative_num_draft_tokens,
+            constrained_json_disable_any_whitespace=args.constrained_json_disable_any_whitespace,
+        )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -143,7 +158,7 @@ async def _serve(args: argparse.Namespace) -> int:
     try:
         print(f"{URL_LINE_PREFIX}{server.url}", flush=True)
         print(
-            f"strands_slime dev server ({args.backend} backend) listening on {server.url}; Ctrl-C stops it",
+            f"strands_slime {what} listening on {server.url}; Ctrl-C stops it",
             file=sys.stderr,
             flush=True,
         )

@@ -296,9 +296,6 @@ class SamplingParams:
         grammars = [self.json_schema, self.regex, self.ebnf, self.structural_tag]
         if sum(grammar is not None for grammar in grammars) > 1:
             raise ProtocolError.value("Only one of json_schema, regex, ebnf, or structural_tag can be set.")
-        # Checked by the dev server, not by SGLang: n < 1 is meaningless.
-        if self.n < 1:
-            raise ProtocolError.value(f"n must be at least 1, got {self.n}.")
         # Checked by the dev server, not by SGLang: features it does not emulate fail loudly.
         # json_schema / regex / ebnf are compiled by the backend (devserver/grammar.py).
         if self.structural_tag is not None:

@@ -23,7 +23,8 @@ def redacted_headers(request: web.Request) -> dict[str, str]:
 
 @dataclass(slots=True)
 class LoggedRequest:
-    """One ``/generate`` request as received: headers, raw body, reply status and injected fault."""
+    """One ``/generate`` request as received: headers, raw body, reply status, injected fault and (when
+    recorded) the reply body."""
 
     headers: dict[str, str]
     raw: bytes = b""
@@ -31,9 +32,10 @@ class LoggedRequest:
     evicted: bool = False
     received: float = field(default_factory=time.time)
     fault: str | None = None
+    reply: bytes | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        """``{"json", "headers", "status", "time"}`` (plus ``"fault"``): the body decoded now."""
+        """``{"json", "headers", "status", "time"}`` (plus ``"fault"``, ``"reply"``): decoded now."""
         try:
             body = json.loads(self.raw) if self.raw else None
         except ValueError:
@@ -41,6 +43,11 @@ class LoggedRequest:
         entry = {"json": body, "headers": self.headers, "status": self.status, "time": self.received}
         if self.fault is not None:
             entry["fault"] = self.fault
+        if self.reply is not None:
+            try:
+                entry["reply"] = json.loads(self.reply)
+            except ValueError:
+                entry["reply"] = self.reply.decode(errors="replace")
         return entry
 
 

@@ -86,10 +86,14 @@ async def build_generation_request(
             f"req.logprob_start_len={parsed.logprob_start_len} is higher than the number of input tokens "
             f"len(req.origin_input_ids)={len(ids)}. Please use a smaller logprob_start_len."
         )
-    if parsed.return_routed_experts and not 0 <= parsed.routed_experts_start_len <= len(ids):
+    if parsed.return_routed_experts and parsed.routed_experts_start_len > len(ids):
         raise ProtocolError.value(
-            f"routed_experts_start_len={parsed.routed_experts_start_len} must be in [0, {len(ids)}] "
-            "(the number of input tokens)."
+            f"recv_req.routed_experts_start_len={parsed.routed_experts_start_len} is higher than the number "
+            f"of input tokens len(req.origin_input_ids)={len(ids)}. Please use a smaller routed_experts_start_len."
+        )
+    if parsed.return_routed_experts and parsed.routed_experts_start_len < 0:
+        raise ProtocolError.value(
+            f"routed_experts_start_len={parsed.routed_experts_start_len} must be at least 0."
         )
     stop_ids = frozenset() if params.ignore_eos else backend.eos_token_ids | frozenset(params.stop_token_ids)
     request = GenerationRequest(
