@@ -191,7 +191,7 @@ def test_every_problem_of_a_node_is_named_on_its_own_line(box: dict[str, str], t
 def test_a_node_without_nvidia_smi_ray_or_a_router(box: dict[str, str], tmp_path: Path) -> None:
     no_ray = tmp_path / "no_ray" / "ray"  # the test venv has ray: this node must not
     no_ray.mkdir(parents=True)
-    (no_ray / "__init__.py").write_text('raise ImportError("No module named \'ray\'")\n')
+    (no_ray / "__init__.py").write_text("raise ImportError(\"No module named 'ray'\")\n")
     env = {**box, "PATH": "/usr/bin:/bin", "PYTHONPATH": f"{no_ray.parent}:{REPO}"}
     result = _preflight(env, "--gpus", "1", "--router-arg=--router-policy", "--router-arg=manual")
     errors = result.stderr
