@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
-from helpers import tool_call
+from helpers import SUMMARY, counting_script
 from strands import Agent, tool
 from strands.agent.conversation_manager import (
     NullConversationManager,
@@ -35,22 +35,7 @@ from strands_slime.provider.trajectory import TokenTrajectory, mask_runs
 
 pytestmark = pytest.mark.unit
 
-SUMMARY = "Summary: the agent printed the numbers one by one."
 COUNT_TO = 4
-
-
-def counting_script() -> list[dict[str, Any]]:
-    """Print 1, 2, ... COUNT_TO one call at a time, then answer; each reply is chosen by the latest
-    tool result, so a compacted history goes on where it was. A summary request gets SUMMARY."""
-    rules: list[dict[str, Any]] = [{"match": "Please summarize this conversation.", "replies": [SUMMARY]}]
-    for k in range(COUNT_TO, 0, -1):
-        reply = tool_call(f"print({k + 1})") if k < COUNT_TO else "Counted.\n\nAnswer: \\boxed{4}"
-        rules.append({"match": f"<tool_response>\n{k}\n", "replies": [reply]})
-    rules.append({"match": "Count to four", "replies": [tool_call("print(1)")]})
-    rules.append({"match": "Say hi", "replies": ["hi"]})
-    return rules
-
-
 PROMPT = "Count to four, one number per call."
 
 
