@@ -13,6 +13,8 @@ from helpers import tool_call
 from strands import Agent, tool
 from strands.agent.conversation_manager import NullConversationManager, SlidingWindowConversationManager
 from strands.session import FileSessionManager
+from strands.session.snapshot_session_manager import SnapshotSessionManager
+from strands.storage import LocalFileStorage
 from threaded_app import devserver_in_thread
 
 from strands_slime.devserver import DevServer
@@ -176,6 +178,32 @@ async def test_closed_segments_travel_with_the_session(
         *(as_lists(t) for t in first.closed_trajectories),
         as_lists(first.trajectory),
     ]
+
+
+async def test_time_travel_with_a_snapshot_session_goes_on_from_the_restored_turn(
+    qwen3_tokenizer: Any, client: SGLangClient, tmp_path: Path
+) -> None:
+    """SnapshotSessionManager keeps a snapshot per invocation; restoring the same agent to an earlier
+    one restores its model_state too, and the model follows it: the episode goes on from there as an
+    episode that never took the later turns."""
+    reference = await uninterrupted(qwen3_tokenizer, client)
+    manager = SnapshotSessionManager(
+        "travel", storage=LocalFileStorage(str(tmp_path)), snapshot_trigger=_always
+    )
+    model = SGLangModel(tokenizer=qwen3_tokenizer, client=client)
+    agent = make_agent(model, session_manager=manager)
+    await agent.invoke_async(QUESTIONS[0])
+    await agent.invoke_async("HELLO")
+    snapshots = await manager.list_snapshot_ids(agent)
+    assert len(snapshots) == 2 and model.recorded_outputs == 3
+    assert await manager.restore_snapshot(agent, snapshot_id=snapshots[0])
+    assert len(agent.messages) == 4
+    await agent.invoke_async(QUESTIONS[1])
+    assert as_lists(model.trajectory) == as_lists(reference.trajectory)
+
+
+def _always(**_: Any) -> bool:
+    return True
 
 
 @pytest.mark.parametrize("cause", ["not saved", "other template"])

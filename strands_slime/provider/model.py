@@ -251,8 +251,9 @@ class SGLangModel(Model):
         self._fingerprint_cache: tuple[ChatTemplater, str] | None = None
         self._context_limit_seen: int | None = None
         self.reset()
-        self._restorable = True
-        """A fresh model resumes the episode its agent's ``model_state`` holds, at its first call."""
+        self._fresh = True
+        """No call yet: a saved episode the agent holds but this model cannot resume is refused."""
+        self._adopt_saved = True
 
     def _templater(self) -> ChatTemplater:
         return get_templater(
@@ -281,7 +282,13 @@ class SGLangModel(Model):
         """Where the episode's outputs sit in the agent's history, and the digests of what it read."""
         self._agent: weakref.ref[Any] | None = None
         """The agent whose episode this is (set by its first call; cleared by :meth:`reset`)."""
-        self._restorable = False
+        self._fresh = False
+        self._adopt_saved = False
+        """Whether the episode the agent's ``model_state`` holds is followed when it is not the one this
+        model wrote last (a new model, a restored snapshot). Off from :meth:`reset` (a new episode) until
+        the model's first save."""
+        self._saved_bookkeeping: str | None = None
+        """The bookkeeping string of the ``model_state`` entry this model wrote or resumed last."""
         self._call_order: dict[str, int] = {}
         self._native_call_ids: dict[str, str] = {}
         self._tool_errors: dict[str, str] = {}
@@ -414,27 +421,43 @@ class SGLangModel(Model):
 
     # ------------------------------------------------------------------ the agent's saved state
 
-    def _restore(self, model_state: Any) -> None:
-        """Resume the episode the agent's ``model_state`` holds (a session or snapshot restored with a
-        new model), if any; refuse loudly what cannot be resumed exactly."""
+    def _follow_saved(self, model_state: Any) -> None:
+        """Go on with the episode the agent's ``model_state`` holds when it is not the one this model
+        wrote last: a session, checkpoint or snapshot restored into a new model, or the agent restored to
+        an earlier snapshot. The check is one identity test per call (Strands' deep copy keeps the
+        strings); what cannot be resumed exactly is refused loudly."""
         saved = model_state.get(MODEL_STATE_KEY) if isinstance(model_state, Mapping) else None
-        if saved is None:
+        if saved is None or not self._adopt_saved:
+            return
+        if not isinstance(saved, Mapping) or not saved.get("tokens"):
+            if self._fresh:  # a new model cannot go on with outputs whose ids were not saved
+                read_saved_episode(saved, self._tokenizer_fingerprint())
+            return
+        bookkeeping = saved.get("bookkeeping")
+        if bookkeeping is self._saved_bookkeeping or bookkeeping == self._saved_bookkeeping:
+            self._saved_bookkeeping = bookkeeping
             return
         restored = read_saved_episode(saved, self._tokenizer_fingerprint())
         if restored is None:
             return
-        trajectory, closed, bookkeeping = restored
+        trajectory, closed, state = restored
+        agent = self._agent
         try:
-            self.from_state(bookkeeping["model"], trajectory)
+            self.from_state(state["model"], trajectory)
         except (KeyError, TypeError, ValueError) as exc:
             raise TokenStateUnavailable(
                 f"the agent's saved episode state is damaged ({type(exc).__name__}: {exc}); call "
                 "model.reset() to start a new episode from the history as a prompt"
             ) from exc
+        self._agent, self._adopt_saved, self._saved_bookkeeping = agent, True, bookkeeping
         self.closed_trajectories = closed
         self._turn_chunks, self._chunked = list(saved["turns"]), trajectory
         self._closed_chunks = list(saved.get("closed") or ())
-        logger.debug("resumed an episode of %d outputs from the agent's model_state", self.recorded_outputs)
+        logger.info(
+            "the model goes on with the episode the agent's model_state holds (%d outputs): restored from a "
+            "session, checkpoint or snapshot",
+            self.recorded_outputs + sum(t.num_outputs for t in closed),
+        )
 
     def _tokenizer_fingerprint(self) -> str:
         cached = self._fingerprint_cache
@@ -459,13 +482,15 @@ class SGLangModel(Model):
         del self._turn_chunks[trajectory.turn_count :]
         for turn in range(len(self._turn_chunks), trajectory.turn_count):
             self._turn_chunks.append(encode_turn(trajectory, turn))
-        model_state[MODEL_STATE_KEY] = saved_episode(
+        entry = saved_episode(
             fingerprint=self._tokenizer_fingerprint(),
             turns=self._turn_chunks,
             closed=self._closed_chunks,
             bookkeeping={"model": self.state(), "missing_logprobs": trajectory.missing_logprobs},
             outputs=outputs,
         )
+        model_state[MODEL_STATE_KEY] = entry
+        self._saved_bookkeeping, self._adopt_saved = entry["bookkeeping"], True
 
     # ------------------------------------------------------------------ whose call is it
 
@@ -892,14 +917,13 @@ class SGLangModel(Model):
         agent = (invocation_state or {}).get("agent")
         if system_prompt is None and system_prompt_content:
             system_prompt = _system_text(system_prompt_content)
-        if self._restorable and agent is not None:
-            self._restorable = False
-            self._restore(kwargs.get("model_state"))
+        if agent is not None and self.serves(agent):
+            self._follow_saved(kwargs.get("model_state"))
         if self._is_side_call(agent, tool_specs, system_prompt):
             async for event in self._side_call(messages, tool_specs, system_prompt, tool_choice, kwargs):
                 yield event
             return
-        self._restorable = False
+        self._fresh = False
         offset = self._take_offset(agent, messages)
         self._check_plugin(invocation_state)
         if self.abort_check is not None and self.abort_check():
