@@ -327,17 +327,22 @@ async def test_overflow_is_signalled_while_a_reply_still_has_room_to_be_useful(
 async def test_a_compacting_agent_gets_the_overflow_before_its_reply_is_squeezed(
     qwen3_tokenizer: Any, client: SGLangClient, server: DevServer
 ) -> None:
-    """With a conversation manager that can compact, the default minimum room is 1024 tokens: the
-    overflow reaches the manager (here a sliding window that cannot shrink the lone prompt)."""
-    reference, _ = await reference_episode(qwen3_tokenizer, client, server)
-    model = SGLangModel(
-        tokenizer=qwen3_tokenizer,
-        client=client,
-        context_window_limit=reference.trajectory.initial_prompt_length + 1000,
+    """With a conversation manager that can compact, the default minimum room is 1024 tokens (or a
+    quarter of the window): the overflow reaches the manager (here a sliding window, which cannot
+    shrink a lone prompt) instead of the model writing a squeezed reply."""
+    long_prompt = PROMPT + " Take your time." * 800
+    probe = SGLangModel(tokenizer=qwen3_tokenizer, client=client)
+    prompt_length = len(
+        await probe.initial_prompt_ids(
+            [{"role": "user", "content": [{"text": long_prompt}]}], [execute_python_code.tool_spec], None
+        )
     )
+    assert prompt_length + 1000 >= 4 * 1024, "a window where the default minimum is 1024"
+    server.clear_request_log()
+    model = SGLangModel(tokenizer=qwen3_tokenizer, client=client, context_window_limit=prompt_length + 1000)
     manager = SlidingWindowConversationManager(window_size=40)
     with pytest.raises(ContextWindowOverflowException, match="Unable to trim") as info:
-        await make_agent(model, manager).invoke_async(PROMPT)
+        await make_agent(model, manager).invoke_async(long_prompt)
     signalled = find_episode_end(info.value)
     assert isinstance(signalled, ContextLimitExceeded)
     assert "leaving 1000 for the reply; it needs 1024" in str(signalled)

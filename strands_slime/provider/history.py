@@ -112,6 +112,10 @@ class EpisodeHistory:
 
     def judge(self, messages: Sequence[Mapping[str, Any]], offset: int) -> Verdict:
         """Whether ``messages`` (the history from position ``offset`` on) continue the episode."""
+        outputs = self.outputs
+        if not outputs:  # nothing sampled yet: any history starts the episode (a first call re-run
+            self.digests, self.changed = [], None  # after a context overflow, say)
+            return self._verdict(messages, offset, keep=0)
         if self.changed is not None:
             return Verdict(changed=self.changed)
         end = offset + len(messages)
@@ -119,9 +123,6 @@ class EpisodeHistory:
         for position in range(offset, min(known, end)):
             if message_digest(messages[position - offset]) != self.digests[position]:
                 return Verdict(changed=_edited(position))
-        outputs = self.outputs
-        if not outputs:
-            return self._verdict(messages, offset, keep=0)
         last = outputs[-1]
         if end > last.position:
             index = last.position - offset

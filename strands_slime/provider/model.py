@@ -116,8 +116,9 @@ class SGLangConfig(TypedDict, total=False):
 
 DEFAULT_MIN_REPLY_TOKENS = 1024
 """Room a reply needs when ``min_reply_tokens`` is None and the agent's conversation manager can
-compact its history: with less, the call raises ``ContextLimitExceeded`` so the manager compacts
-instead of the model writing a reply cut to a few tokens."""
+compact its history (at most a quarter of the context window): with less, the call raises
+``ContextLimitExceeded`` so the manager compacts instead of the model writing a reply cut to a few
+tokens."""
 
 
 CONFIG_KEYS = tuple(SGLangConfig.__annotations__)
@@ -405,6 +406,11 @@ class SGLangModel(Model):
         """The continuation no call used yet (the episode ended first), or None; it is cleared."""
         continuation, self._continuation = self._continuation, None
         return continuation
+
+    def _restore_continuation(self, delta: list[int], output: list[int], logprobs: list[float]) -> None:
+        """Put back the continuation a call took but did not make (it was cancelled first)."""
+        if output:
+            self._continuation = (list(delta), token_array(output), array("d", logprobs))
 
     def _take_continuation_for(self, delta: list[int]) -> tuple[list[int], list[float]]:
         """The output (and logprobs) to go on from; none without a continuation. Its prompt must render
@@ -892,9 +898,9 @@ class SGLangModel(Model):
         self._context_limit_seen = limit
         return limit
 
-    async def _context_limit_or_abort(self) -> int | None:
+    async def _context_limit_or_abort(self, abort_check: Callable[[], bool] | None) -> int | None:
         try:
-            return await run_abortable(self._context_limit(), self.abort_check, "the model call")
+            return await run_abortable(self._context_limit(), abort_check, "the model call")
         except AbortedError as exc:  # the episode ends here: no copy (hundreds abort at once)
             raise GenerationAborted(str(exc), trajectory=self.trajectory) from exc
 
@@ -930,6 +936,14 @@ class SGLangModel(Model):
             raise GenerationAborted(
                 "rollout aborted before the model call", trajectory=self.trajectory.copy()
             )
+        # agent.cancel(): Strands reports a stream that ends without a message as cancelled. The call is
+        # not made, or (without an abort_check of the driver's) its request is abandoned, and nothing is
+        # recorded; a reply that arrives after the cancel is dropped too.
+        cancel_signal = kwargs.get("cancel_signal")
+        cancelled: Callable[[], bool] | None = getattr(cancel_signal, "is_set", None)
+        if cancelled is not None and cancelled():
+            return
+        abort_check = self.abort_check if self.abort_check is not None else cancelled
 
         if self.pace is not None:
             await self.pace("render")
@@ -938,7 +952,13 @@ class SGLangModel(Model):
         )
         cut_output, cut_logprobs = self._take_continuation_for(delta)
         input_len = len(self.trajectory) + len(delta) + len(cut_output)
-        context_limit = await self._context_limit_or_abort()
+        try:
+            context_limit = await self._context_limit_or_abort(abort_check)
+        except GenerationAborted:
+            if cancelled is not None and cancelled():
+                self._restore_continuation(delta, cut_output, cut_logprobs)
+                return
+            raise
         params = self._turn_sampling_params(initial, delta, input_len, context_limit, len(cut_output), agent)
         params = self._constrain(params, tool_choice, tool_specs, prompt_text, kwargs.get("output_schema"))
 
@@ -949,19 +969,28 @@ class SGLangModel(Model):
         started = time.perf_counter()
         # The ids are one array built inline and not kept here: the client encodes it without making
         # a list of it, and drops it before awaiting.
-        response = await self._send(
-            self.client.generate(
-                self.trajectory.token_ids + token_array(delta + cut_output),
+        try:
+            response = await self._send(
+                self.client.generate(
+                    self.trajectory.token_ids + token_array(delta + cut_output),
+                    params,
+                    return_logprob=self.return_logprob,
+                    routing_key=self.routing_key,
+                    abort_check=abort_check,
+                    **extra,
+                ),
                 params,
-                return_logprob=self.return_logprob,
-                routing_key=self.routing_key,
-                abort_check=self.abort_check,
-                **extra,
-            ),
-            params,
-            input_len,
-            traced=True,
-        )
+                input_len,
+                traced=True,
+            )
+        except GenerationAborted:
+            if cancelled is not None and cancelled():
+                self._restore_continuation(delta, cut_output, cut_logprobs)
+                return
+            raise
+        if cancelled is not None and cancelled():
+            self._restore_continuation(delta, cut_output, cut_logprobs)
+            return
         if self.return_routed_experts:  # SGLang does not echo it; slime's Sample reads it from meta_info
             response.meta_info.setdefault("routed_experts_start_len", extra["routed_experts_start_len"])
         self.stats.turn_seconds.append(time.perf_counter() - started)
@@ -1010,7 +1039,7 @@ class SGLangModel(Model):
         size = sum(len(m.get("content") or "") for m in template_messages)
         text = await self._initial_text(template_messages, tool_specs, system_prompt, size)
         ids = await self.templater.encode_async(text)
-        context_limit = await self._context_limit_or_abort()
+        context_limit = await self._context_limit_or_abort(self.abort_check)
         params = self._sampling_params(len(ids), context_limit, [], None)
         params = self._constrain(params, tool_choice, tool_specs, text, kwargs.get("output_schema"))
         response = await self._send(
@@ -1056,17 +1085,18 @@ class SGLangModel(Model):
             raise ModelThrottledException(str(exc)) from exc
         return response
 
-    def _min_reply_tokens(self, agent: Any) -> int:
-        """The room a reply needs: ``min_reply_tokens``, or by default :data:`DEFAULT_MIN_REPLY_TOKENS`
-        when the agent's conversation manager can compact the history (then the overflow lets it), 1
-        when nothing can (``NullConversationManager``, no agent: a short reply is all there is)."""
+    def _min_reply_tokens(self, agent: Any, context_limit: int) -> int:
+        """The room a reply needs: ``min_reply_tokens``; by default, when the agent's conversation
+        manager can compact the history (the overflow then lets it), :data:`DEFAULT_MIN_REPLY_TOKENS` or
+        a quarter of the context window if that is less; 1 when nothing can compact
+        (``NullConversationManager``, no agent: a short reply is all there is)."""
         configured = self.config.get("min_reply_tokens")
         if configured is not None:
             return max(1, int(configured))
         manager = getattr(agent, "conversation_manager", None)
         if manager is None or isinstance(manager, NullConversationManager):
             return 1
-        return DEFAULT_MIN_REPLY_TOKENS
+        return max(1, min(DEFAULT_MIN_REPLY_TOKENS, context_limit // 4))
 
     def _sampling_params(
         self, input_len: int, context_limit: int | None, caps: list[int], agent: Any
@@ -1078,7 +1108,7 @@ class SGLangModel(Model):
             caps = [int(params["max_new_tokens"]), *caps]
         if context_limit is not None:
             room = context_limit - input_len
-            needed = min([self._min_reply_tokens(agent), *caps])
+            needed = min([self._min_reply_tokens(agent, context_limit), *caps])
             if room <= 0 or room < needed:
                 detail = (
                     f", leaving {room} for the reply; it needs {needed} (min_reply_tokens)"
