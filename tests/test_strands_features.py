@@ -187,6 +187,36 @@ async def test_fanout_compaction_by_summaries_gives_one_exact_segment_per_contex
     assert last.token_ids[: last.initial_prompt_length] == expected_prompt, "a fresh episode's prompt"
 
 
+async def test_proactive_compression_sees_exact_counts_and_gives_exact_segments(
+    qwen3_tokenizer: Any, client: SGLangClient, server: DevServer
+) -> None:
+    """SummarizingConversationManager(proactive_compression=...) compacts before a call once the
+    projected prompt (exact here) reaches its share of the context window."""
+    reference, prompt_lengths = await reference_episode(qwen3_tokenizer, client, server)
+    limit = int(prompt_lengths[3] / 0.7)  # the fourth call reaches 70 % of the window, the third does not
+    assert prompt_lengths[2] < 0.7 * limit <= prompt_lengths[3]
+    model = SGLangModel(
+        tokenizer=qwen3_tokenizer,
+        client=client,
+        new_segment_on_context_change=True,
+        context_window_limit=limit,
+        min_reply_tokens=16,
+    )
+    manager = SummarizingConversationManager(
+        summary_ratio=0.5,
+        preserve_recent_messages=2,
+        summarization_system_prompt="Summarize.",
+        proactive_compression={"compression_threshold": 0.7},
+    )
+    agent = make_agent(model, manager)
+    await agent.invoke_async(PROMPT)
+    segments = [*model.closed_trajectories, model.trajectory]
+    assert len(segments) >= 2 and model.stats.side_calls == len(segments) - 1
+    assert as_lists(segments[0]) == turns_of(reference.trajectory, 3)
+    outputs = [text for segment in segments for text in outputs_as_sampled(segment, qwen3_tokenizer)]
+    assert outputs == outputs_as_sampled(reference.trajectory, qwen3_tokenizer)
+
+
 # ---------------------------------------------------------------------- one model, two agents
 
 
