@@ -319,7 +319,7 @@ class RolloutConfig(BaseModel):
         ge=1,
         description="Room a reply needs: a call whose prompt leaves less of the context raises the context "
         "overflow (so a compacting agent compacts) instead of sampling a reply cut to a few tokens. None: "
-        "1024 with fanout (its conversation manager compacts), 1 without (nothing can compact).",
+        "1024 or a quarter of the window with fanout (its conversation manager compacts), 1 without.",
     )
     gc_tuning: bool = Field(
         True,
