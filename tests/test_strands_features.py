@@ -442,21 +442,31 @@ async def test_count_tokens_equals_the_tokenizer_for_every_content_type(
             },
         }
     ]
-    expected = qwen3_tokenizer.apply_chat_template(
-        expected_messages, tools=tools, add_generation_prompt=True, tokenize=False
-    )
-    expected = qwen3_tokenizer.encode(expected, add_special_tokens=False)
+    system_blocks: list[Any] = [
+        {"text": "Be brief."},
+        {"cachePoint": {"type": "default"}},
+        {"text": "Use tools."},
+    ]
+
+    def tokenizer_count(conversation: list[dict[str, Any]], needle: str) -> int:
+        text = qwen3_tokenizer.apply_chat_template(
+            conversation, tools=tools, add_generation_prompt=True, tokenize=False
+        )
+        assert needle in text
+        return len(qwen3_tokenizer.encode(text, add_special_tokens=False))
+
     counted = await model.count_tokens(
         messages,
         tool_specs=[tool_spec],
         system_prompt="ignored: the content blocks win, as in Strands",
-        system_prompt_content=[
-            {"text": "Be brief."},
-            {"cachePoint": {"type": "default"}},
-            {"text": "Use tools."},
-        ],
+        system_prompt_content=system_blocks,
     )
-    assert counted == len(expected)
+    assert counted == tokenizer_count(expected_messages, '"value": 2')
+    # Up to the tool result, the reasoning is the latest turn's: Qwen3's template renders it.
+    in_turn = await model.count_tokens(
+        messages[:3], tool_specs=[tool_spec], system_prompt_content=system_blocks
+    )
+    assert in_turn == tokenizer_count(expected_messages[:4], "<think>\nI will run it.\n</think>")
     assert await model.count_tokens(messages) < counted, "without tools or system prompt"
     assert await model.count_tokens([]) == 0
 

@@ -136,7 +136,7 @@ async def test_a_snapshot_restores_the_episode_into_a_new_model(
     qwen3_tokenizer: Any, client: SGLangClient
 ) -> None:
     reference = await uninterrupted(qwen3_tokenizer, client)
-    first = SGLangModel(tokenizer=qwen3_tokenizer, client=client)
+    first = SGLangModel(tokenizer=qwen3_tokenizer, client=client, persist_tokens=True)  # no session manager
     agent = make_agent(first)
     await agent.invoke_async(QUESTIONS[0])
     snapshot = agent.take_snapshot(preset="session")
@@ -204,6 +204,18 @@ async def test_time_travel_with_a_snapshot_session_goes_on_from_the_restored_tur
 
 def _always(**_: Any) -> bool:
     return True
+
+
+async def test_a_snapshot_without_kept_tokens_is_refused(qwen3_tokenizer: Any, client: SGLangClient) -> None:
+    """Without a session manager the model keeps the tokens only with persist_tokens=True: a snapshot
+    taken without them restores into a new model as a refusal, not as re-tokenized text."""
+    first = SGLangModel(tokenizer=qwen3_tokenizer, client=client)
+    agent = make_agent(first)
+    await agent.invoke_async(QUESTIONS[0])
+    restored = make_agent(SGLangModel(tokenizer=qwen3_tokenizer, client=client))
+    restored.load_snapshot(agent.take_snapshot(preset="session"))
+    with pytest.raises(TokenStateUnavailable, match=r"2 output\(s\).*persist_tokens=True"):
+        await restored.invoke_async(QUESTIONS[1])
 
 
 @pytest.mark.parametrize("cause", ["not saved", "other template"])

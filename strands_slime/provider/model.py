@@ -191,7 +191,7 @@ class SGLangModel(Model):
         return_routed_experts: bool = False,
         request_trace: RequestTrace | None = None,
         new_segment_on_context_change: bool = False,
-        persist_tokens: bool = True,
+        persist_tokens: bool | None = None,
         pace: Pace | None = None,
         **config: Any,
     ) -> None:
@@ -240,7 +240,8 @@ class SGLangModel(Model):
         self.new_segment_on_context_change = new_segment_on_context_change
         self.persist_tokens = persist_tokens
         """Keep the episode's tokens in the agent's ``model_state`` (Strands saves it with sessions and
-        snapshots), so a new model resumes the episode exactly (:mod:`~strands_slime.provider.saved_state`)."""
+        snapshots), so a new model resumes the episode exactly (:mod:`~strands_slime.provider.saved_state`):
+        True always, False never (a marker only), None when the agent has a session manager."""
         self.pace = pace
         self._attached_agents: weakref.WeakSet[Any] = weakref.WeakSet()
         """Agents whose :meth:`plugin` this model was handed to (read to warn when it was not)."""
@@ -344,7 +345,7 @@ class SGLangModel(Model):
         does). With ``trajectory.layout()`` and the tokens it is everything :meth:`from_state` needs to
         go on with the episode in another model."""
         return {
-            "stats": dataclasses.asdict(self.stats),
+            "stats": _stats_dict(self.stats),
             "outputs": [
                 [
                     r.position,
@@ -471,17 +472,23 @@ class SGLangModel(Model):
             cached = self._fingerprint_cache = (self.templater, tokenizer_fingerprint(self.templater))
         return cached[1]
 
-    def _save(self, model_state: Any) -> None:
+    def _save(self, model_state: Any, agent_metadata: Any) -> None:
         """Write the episode into the agent's ``model_state`` (Strands keeps it after a successful call):
-        the turns not yet encoded, and the bookkeeping."""
+        the turns not yet encoded, and the bookkeeping; or, without ``persist_tokens`` (by default: no
+        session manager, so nothing keeps the agent), only a marker saying the outputs' ids are not kept."""
         if not isinstance(model_state, dict):
             return
         outputs = self.recorded_outputs + sum(t.num_outputs for t in self.closed_trajectories)
-        if not self.persist_tokens:
+        keep = self.persist_tokens
+        if keep is None:  # Strands sets the session id only when a session manager is attached
+            keep = getattr(agent_metadata, "session_id", None) is not None
+        if not keep:
             model_state[MODEL_STATE_KEY] = saved_episode(
                 fingerprint="", turns=None, closed=(), bookkeeping={}, outputs=outputs
             )
             return
+        for closed in self.closed_trajectories[len(self._closed_chunks) :]:
+            self._closed_chunks.append(encode_closed(closed))
         trajectory = self.trajectory
         if self._chunked is not trajectory:  # replaced from outside (the rollout's resume): encode anew
             self._turn_chunks, self._chunked = [], trajectory
@@ -752,8 +759,6 @@ class SGLangModel(Model):
         logger.debug("new context segment: %s", cause)
         if self.trajectory.num_outputs:
             self.closed_trajectories.append(self.trajectory)
-            if self.persist_tokens:
-                self._closed_chunks.append(encode_closed(self.trajectory))
         self.trajectory = TokenTrajectory()
         self._turn_chunks, self._chunked = [], self.trajectory
         self.history.start_over()
@@ -1016,7 +1021,7 @@ class SGLangModel(Model):
         events = await self._reply_events(
             response, tool_specs, prompt_text, cut_output, record=(offset + len(messages), turn_messages)
         )
-        self._save(kwargs.get("model_state"))
+        self._save(kwargs.get("model_state"), kwargs.get("agent_metadata"))
         for event in events:
             yield event
 
@@ -1259,6 +1264,12 @@ def _system_text(blocks: Sequence[Mapping[str, Any]]) -> str | None:
     """The system prompt's text, as Strands joins its text blocks for ``system_prompt`` (cache points
     and other non-text blocks say nothing to the model)."""
     return "\n".join(str(block["text"]) for block in blocks if "text" in block) or None
+
+
+def _stats_dict(stats: ModelStats) -> dict[str, Any]:
+    """``stats`` as plain JSON (what ``dataclasses.asdict`` gives, without its recursive deep copy)."""
+    values = {f.name: getattr(stats, f.name) for f in dataclasses.fields(stats)}
+    return {name: list(value) if isinstance(value, list) else value for name, value in values.items()}
 
 
 def _warn_renamed(name: str) -> None:

@@ -6,12 +6,14 @@ writes it back when the call succeeds, and keeps it wherever it keeps the agent:
 checkpoint resumes restore it. The model writes its episode there under :data:`MODEL_STATE_KEY`: the
 trajectory one turn per string (a turn is encoded once, when it is sampled, so a call adds only its
 own turn), and the bookkeeping (``model.state()`` and the digests of the messages read) as one JSON
-string. Strings keep Strands' per-call deep copy of ``model_state`` cheap.
+string. Strings keep Strands' per-call deep copy of ``model_state`` cheap. By default it does so when
+the agent has a session manager (Strands then passes the session id); otherwise, and with
+``persist_tokens=False``, it writes only a marker with the number of outputs.
 
 A new :class:`~strands_slime.provider.model.SGLangModel` finds it on its first call and goes on with
 the episode: the same ids, mask and logprobs as if nothing had been restored. What cannot be resumed
 exactly is refused (:class:`~strands_slime.errors.TokenStateUnavailable`): a state saved without its
-tokens (``persist_tokens=False``), by another tokenizer or chat template, or in an unknown format.
+tokens (``persist_tokens=False``, or no session manager), by another tokenizer or chat template, or in an unknown format.
 """
 
 from __future__ import annotations
@@ -149,9 +151,10 @@ def read_saved_episode(
             return None
         raise TokenStateUnavailable(
             f"the agent's history holds {saved['outputs']} output(s) an SGLangModel sampled, but their token "
-            "ids were not saved (the model had persist_tokens=False): a new model could only re-tokenize "
-            "their text. Keep persist_tokens=True (the default) while the agent's state is saved, or call "
-            "model.reset() to train on the restored history as a prompt"
+            "ids were not saved with it (the model keeps them in model_state with a session manager, or "
+            "with persist_tokens=True): a new model could only re-tokenize their text. Pass "
+            "persist_tokens=True where the agent's state is saved otherwise (agent.take_snapshot()), or "
+            "call model.reset() to train on the restored history as a prompt"
         )
     if saved.get("tokenizer") != fingerprint:
         raise TokenStateUnavailable(
