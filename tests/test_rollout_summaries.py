@@ -19,17 +19,11 @@ from strands_slime.cli import RolloutOptions, slime_args
 from strands_slime.devserver import DevServer, scripted_output_logprobs
 from strands_slime.provider.tokenizer import load_tokenizer
 from strands_slime.provider.trajectory import mask_runs
+from strands_slime.rollout.offline import sampling_params
 from strands_slime.rollout.slime_compat import Sample
 
 pytestmark = pytest.mark.slow  # the sandbox starts cold: ~4 s idle, 15 s on the shared machine
 
-PARAMS = {
-    "temperature": 1.0,
-    "top_p": 1.0,
-    "max_new_tokens": 2048,
-    "no_stop_trim": True,
-    "skip_special_tokens": False,
-}
 SANDBOX = {"timeout_s": 5.0}
 
 
@@ -39,10 +33,11 @@ def server() -> Iterator[DevServer]:
         yield running
 
 
+OPTIONS = RolloutOptions(data=Path("unused"), out=Path("unused"), max_response_len=2048)
+
+
 def make_args(url: str, config: dict[str, Any]) -> Any:
-    args = slime_args(
-        RolloutOptions(data=Path("unused"), out=Path("unused"), max_response_len=2048), url, None
-    )
+    args = slime_args(OPTIONS, url, None)
     args.strands_slime = config
     return args
 
@@ -71,7 +66,9 @@ def sampled_outputs(sample: Sample, tokenizer: Any) -> list[str]:
 async def test_summarizing_fanout_returns_one_exact_sample_per_context_segment(server: DevServer) -> None:
     tokenizer = load_tokenizer()
     server.clear_request_log()
-    plain = await generate(make_args(server.url, {"sandbox": SANDBOX}), new_sample(), dict(PARAMS))
+    plain = await generate(
+        make_args(server.url, {"sandbox": SANDBOX}), new_sample(), sampling_params(OPTIONS)
+    )
     assert plain.status == Sample.Status.COMPLETED and plain.metadata["turns"] == 5
     prompts = [len(entry["json"]["input_ids"]) for entry in server.request_log]
 
@@ -87,7 +84,9 @@ async def test_summarizing_fanout_returns_one_exact_sample_per_context_segment(s
         "min_reply_tokens": 32,
     }
     server.clear_request_log()
-    samples = await generate(make_args(server.url, copy.deepcopy(config)), new_sample(), dict(PARAMS))
+    samples = await generate(
+        make_args(server.url, copy.deepcopy(config)), new_sample(), sampling_params(OPTIONS)
+    )
     assert isinstance(samples, list) and len(samples) >= 2
     summaries = [
         e for e in server.request_log if "Please summarize" in tokenizer.decode(e["json"]["input_ids"])

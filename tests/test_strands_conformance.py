@@ -20,14 +20,16 @@ from typing import Any
 
 import pydantic
 import pytest
+import strands_agents
 from helpers import tool_call
 from strands import Agent, tool
-from strands.agent.conversation_manager import NullConversationManager, SlidingWindowConversationManager
+from strands.agent.conversation_manager import SlidingWindowConversationManager
 from strands.event_loop.streaming import process_stream
 from strands.hooks import BeforeModelCallEvent
 from strands.middleware import ModelStopReason
 from strands.session import FileSessionManager
 from strands.types.exceptions import ContextWindowOverflowException, MaxTokensReachedException
+from strands_agents import quick_client
 from threaded_app import devserver_in_thread
 
 from strands_slime.devserver import DevServer
@@ -104,7 +106,7 @@ def url(server: DevServer) -> str:
 
 @pytest.fixture
 async def client(url: str) -> AsyncIterator[SGLangClient]:
-    client = SGLangClient(url, retry_delay=0.01, max_retry_delay=0.05)
+    client = quick_client(url)
     yield client
     await client.close()
 
@@ -113,16 +115,8 @@ def new_model(tokenizer: Any, url: str, **options: Any) -> SGLangModel:
     return SGLangModel(tokenizer=tokenizer, base_url=url, model_id="scripted", **options)
 
 
-def make_agent(model: SGLangModel, tools: list[Any] | None = None, **options: Any) -> Agent:
-    options.setdefault("conversation_manager", NullConversationManager())
-    return Agent(
-        model=model,
-        tools=TOOLS if tools is None else tools,
-        callback_handler=None,
-        retry_strategy=None,
-        plugins=[model.plugin()],
-        **options,
-    )
+def make_agent(model: SGLangModel, **options: Any) -> Agent:
+    return strands_agents.make_agent(model, **{"tools": TOOLS, **options})
 
 
 def prompts(server: DevServer, tokenizer: Any) -> list[str]:

@@ -12,14 +12,14 @@ from typing import Any
 
 import pytest
 from helpers import SUMMARY, counting_script
-from strands import Agent, tool
+from strands import Agent
 from strands.agent.conversation_manager import (
-    NullConversationManager,
     SlidingWindowConversationManager,
     SummarizingConversationManager,
 )
 from strands.hooks import BeforeModelCallEvent
 from strands.types.exceptions import ContextWindowOverflowException, MaxTokensReachedException
+from strands_agents import as_lists, execute_python_code, make_agent, quick_client
 from threaded_app import devserver_in_thread
 
 from strands_slime.devserver import DevServer, scripted_output_logprobs
@@ -39,16 +39,6 @@ COUNT_TO = 4
 PROMPT = "Count to four, one number per call."
 
 
-@tool
-async def execute_python_code(code: str) -> str:
-    """Execute Python code and return what it prints.
-
-    Args:
-        code: The program to run.
-    """
-    return code.removeprefix("print(").removesuffix(")")
-
-
 @pytest.fixture(scope="module")
 def server() -> Iterator[DevServer]:
     with devserver_in_thread("scripted", script=counting_script()) as running:
@@ -57,26 +47,9 @@ def server() -> Iterator[DevServer]:
 
 @pytest.fixture
 async def client(server: DevServer) -> AsyncIterator[SGLangClient]:
-    client = SGLangClient(server.url, retry_delay=0.01, max_retry_delay=0.05)
+    client = quick_client(server.url)
     yield client
     await client.close()
-
-
-def make_agent(model: SGLangModel, manager: Any = None, **options: Any) -> Agent:
-    return Agent(
-        model=model,
-        tools=[execute_python_code],
-        callback_handler=None,
-        conversation_manager=manager if manager is not None else NullConversationManager(),
-        retry_strategy=None,
-        plugins=[model.plugin()],
-        **options,
-    )
-
-
-def as_lists(trajectory: TokenTrajectory) -> tuple[list[int], list[int], list[float]]:
-    trajectory.check()
-    return trajectory.token_ids.tolist(), trajectory.loss_mask.tolist(), trajectory.logprobs.tolist()
 
 
 def turns_of(trajectory: TokenTrajectory, turns: int) -> tuple[list[int], list[int], list[float]]:
@@ -133,7 +106,7 @@ async def summarizing_episode(
     manager = SummarizingConversationManager(
         summary_ratio=0.5, preserve_recent_messages=2, summarization_system_prompt="Summarize."
     )
-    agent = make_agent(model, manager)
+    agent = make_agent(model, conversation_manager=manager)
     error: BaseException | None = None
     try:
         await agent.invoke_async(PROMPT)
@@ -208,7 +181,7 @@ async def test_proactive_compression_sees_exact_counts_and_gives_exact_segments(
         summarization_system_prompt="Summarize.",
         proactive_compression={"compression_threshold": 0.7},
     )
-    agent = make_agent(model, manager)
+    agent = make_agent(model, conversation_manager=manager)
     await agent.invoke_async(PROMPT)
     segments = [*model.closed_trajectories, model.trajectory]
     assert len(segments) >= 2 and model.stats.side_calls == len(segments) - 1
@@ -310,14 +283,7 @@ async def test_an_output_the_agent_cancelled_leaves_the_trajectory(
             cancel["armed"] = False
             agent.cancel()
 
-    agent = Agent(
-        model=model,
-        tools=[execute_python_code],
-        callback_handler=callback,
-        conversation_manager=NullConversationManager(),
-        retry_strategy=None,
-        plugins=[model.plugin()],
-    )
+    agent = make_agent(model, callback_handler=callback)
     result = await agent.invoke_async("Say hi")
     assert result.stop_reason == "cancelled" and agent.messages[-1]["content"] == [
         {"text": "Cancelled by user"}
@@ -372,7 +338,7 @@ async def test_a_compacting_agent_gets_the_overflow_before_its_reply_is_squeezed
     model = SGLangModel(tokenizer=qwen3_tokenizer, client=client, context_window_limit=prompt_length + 1000)
     manager = SlidingWindowConversationManager(window_size=40)
     with pytest.raises(ContextWindowOverflowException, match="Unable to trim") as info:
-        await make_agent(model, manager).invoke_async(long_prompt)
+        await make_agent(model, conversation_manager=manager).invoke_async(long_prompt)
     signalled = find_episode_end(info.value)
     assert isinstance(signalled, ContextLimitExceeded)
     assert "leaving 1000 for the reply; it needs 1024" in str(signalled)

@@ -10,11 +10,12 @@ from typing import Any
 
 import pytest
 from helpers import tool_call
-from strands import Agent, tool
-from strands.agent.conversation_manager import NullConversationManager, SlidingWindowConversationManager
+from strands import Agent
+from strands.agent.conversation_manager import SlidingWindowConversationManager
 from strands.session import FileSessionManager
 from strands.session.snapshot_session_manager import SnapshotSessionManager
 from strands.storage import LocalFileStorage
+from strands_agents import as_lists, make_agent, quick_client
 from threaded_app import devserver_in_thread
 
 from strands_slime.devserver import DevServer
@@ -22,7 +23,6 @@ from strands_slime.errors import TokenStateUnavailable
 from strands_slime.provider.client import SGLangClient
 from strands_slime.provider.model import SGLangModel
 from strands_slime.provider.saved_state import MODEL_STATE_KEY
-from strands_slime.provider.trajectory import TokenTrajectory
 
 pytestmark = pytest.mark.unit
 
@@ -36,16 +36,6 @@ SCRIPT = [
 QUESTIONS = ("FIRST question", "SECOND question")
 
 
-@tool
-async def execute_python_code(code: str) -> str:
-    """Execute Python code and return what it prints.
-
-    Args:
-        code: The program to run.
-    """
-    return code.removeprefix("print('").removesuffix("')")
-
-
 @pytest.fixture(scope="module")
 def server() -> Iterator[DevServer]:
     with devserver_in_thread("scripted", script=SCRIPT) as running:
@@ -54,36 +44,22 @@ def server() -> Iterator[DevServer]:
 
 @pytest.fixture
 async def client(server: DevServer) -> AsyncIterator[SGLangClient]:
-    client = SGLangClient(server.url, retry_delay=0.01, max_retry_delay=0.05)
+    client = quick_client(server.url)
     yield client
     await client.close()
 
 
-def make_agent(model: SGLangModel, **options: Any) -> Agent:
-    return Agent(
-        model=model,
-        tools=[execute_python_code],
-        callback_handler=None,
-        conversation_manager=NullConversationManager(),
-        retry_strategy=None,
-        plugins=[model.plugin()],
-        agent_id="solver",
-        **options,
-    )
+def solver(model: SGLangModel, **options: Any) -> Agent:
+    return make_agent(model, agent_id="solver", **options)
 
 
 def sessions(tmp_path: Path) -> FileSessionManager:
     return FileSessionManager(session_id="episode-1", storage_dir=str(tmp_path))
 
 
-def as_lists(trajectory: TokenTrajectory) -> tuple[list[int], list[int], list[float]]:
-    trajectory.check()
-    return trajectory.token_ids.tolist(), trajectory.loss_mask.tolist(), trajectory.logprobs.tolist()
-
-
 async def uninterrupted(tokenizer: Any, client: SGLangClient) -> SGLangModel:
     model = SGLangModel(tokenizer=tokenizer, client=client)
-    agent = make_agent(model)
+    agent = solver(model)
     for question in QUESTIONS:
         await agent.invoke_async(question)
     return model
@@ -94,11 +70,11 @@ async def test_a_new_model_resumes_a_file_session_exactly(
 ) -> None:
     reference = await uninterrupted(qwen3_tokenizer, client)
     first = SGLangModel(tokenizer=qwen3_tokenizer, client=client)
-    await make_agent(first, session_manager=sessions(tmp_path)).invoke_async(QUESTIONS[0])
+    await solver(first, session_manager=sessions(tmp_path)).invoke_async(QUESTIONS[0])
     del first  # a new process: only the session directory is left
 
     model = SGLangModel(tokenizer=qwen3_tokenizer, client=client)
-    agent = make_agent(model, session_manager=sessions(tmp_path))
+    agent = solver(model, session_manager=sessions(tmp_path))
     assert len(agent.messages) == 4 and MODEL_STATE_KEY in agent._model_state
     server.clear_request_log()
     await agent.invoke_async(QUESTIONS[1])
@@ -119,13 +95,13 @@ async def test_a_checkpointing_agent_resumes_in_fresh_agents_and_models_exactly(
     model: SGLangModel | None = None
     for question in QUESTIONS:
         model = SGLangModel(tokenizer=qwen3_tokenizer, client=client)
-        agent = make_agent(model, session_manager=sessions(tmp_path), checkpointing=True)
+        agent = solver(model, session_manager=sessions(tmp_path), checkpointing=True)
         result = await agent.invoke_async(question)
         while result.stop_reason == "checkpoint":
             pauses += 1
             checkpoint = result.checkpoint.to_dict()
             model = SGLangModel(tokenizer=qwen3_tokenizer, client=client)
-            agent = make_agent(model, session_manager=sessions(tmp_path), checkpointing=True)
+            agent = solver(model, session_manager=sessions(tmp_path), checkpointing=True)
             result = await agent.invoke_async({"checkpointResume": {"checkpoint": checkpoint}})
         assert result.stop_reason == "end_turn"
     assert pauses >= 4 and model is not None
@@ -137,11 +113,11 @@ async def test_a_snapshot_restores_the_episode_into_a_new_model(
 ) -> None:
     reference = await uninterrupted(qwen3_tokenizer, client)
     first = SGLangModel(tokenizer=qwen3_tokenizer, client=client, persist_tokens=True)  # no session manager
-    agent = make_agent(first)
+    agent = solver(first)
     await agent.invoke_async(QUESTIONS[0])
     snapshot = agent.take_snapshot(preset="session")
     model = SGLangModel(tokenizer=qwen3_tokenizer, client=client)
-    restored = make_agent(model)
+    restored = solver(model)
     restored.load_snapshot(snapshot)
     await restored.invoke_async(QUESTIONS[1])
     assert as_lists(model.trajectory) == as_lists(reference.trajectory)
@@ -154,16 +130,8 @@ async def test_closed_segments_travel_with_the_session(
     the session keeps the window's state and the segments, and a new model goes on with both."""
 
     def fanout_agent(model: SGLangModel) -> Agent:
-        return Agent(
-            model=model,
-            tools=[execute_python_code],
-            callback_handler=None,
-            conversation_manager=SlidingWindowConversationManager(window_size=4),
-            retry_strategy=None,
-            plugins=[model.plugin()],
-            agent_id="solver",
-            session_manager=sessions(tmp_path),
-        )
+        window = SlidingWindowConversationManager(window_size=4)
+        return solver(model, conversation_manager=window, session_manager=sessions(tmp_path))
 
     first = SGLangModel(tokenizer=qwen3_tokenizer, client=client, new_segment_on_context_change=True)
     agent = fanout_agent(first)
@@ -191,7 +159,7 @@ async def test_time_travel_with_a_snapshot_session_goes_on_from_the_restored_tur
         "travel", storage=LocalFileStorage(str(tmp_path)), snapshot_trigger=_always
     )
     model = SGLangModel(tokenizer=qwen3_tokenizer, client=client)
-    agent = make_agent(model, session_manager=manager)
+    agent = solver(model, session_manager=manager)
     await agent.invoke_async(QUESTIONS[0])
     await agent.invoke_async("HELLO")
     snapshots = await manager.list_snapshot_ids(agent)
@@ -210,9 +178,9 @@ async def test_a_snapshot_without_kept_tokens_is_refused(qwen3_tokenizer: Any, c
     """Without a session manager the model keeps the tokens only with persist_tokens=True: a snapshot
     taken without them restores into a new model as a refusal, not as re-tokenized text."""
     first = SGLangModel(tokenizer=qwen3_tokenizer, client=client)
-    agent = make_agent(first)
+    agent = solver(first)
     await agent.invoke_async(QUESTIONS[0])
-    restored = make_agent(SGLangModel(tokenizer=qwen3_tokenizer, client=client))
+    restored = solver(SGLangModel(tokenizer=qwen3_tokenizer, client=client))
     restored.load_snapshot(agent.take_snapshot(preset="session"))
     with pytest.raises(TokenStateUnavailable, match=r"2 output\(s\).*persist_tokens=True"):
         await restored.invoke_async(QUESTIONS[1])
@@ -224,10 +192,10 @@ async def test_a_restore_that_cannot_be_exact_is_refused(
 ) -> None:
     saved = {"persist_tokens": False} if cause == "not saved" else {}
     first = SGLangModel(tokenizer=qwen3_tokenizer, client=client, **saved)
-    await make_agent(first, session_manager=sessions(tmp_path)).invoke_async(QUESTIONS[0])
+    await solver(first, session_manager=sessions(tmp_path)).invoke_async(QUESTIONS[0])
     options = {"enable_thinking": False} if cause == "other template" else {}
     model = SGLangModel(tokenizer=qwen3_tokenizer, client=client, **options)
-    agent = make_agent(model, session_manager=sessions(tmp_path))
+    agent = solver(model, session_manager=sessions(tmp_path))
     server.clear_request_log()
     expected = "persist_tokens=True" if cause == "not saved" else "another tokenizer or chat template"
     with pytest.raises(TokenStateUnavailable, match=expected) as info:
@@ -250,7 +218,7 @@ async def test_a_history_no_sglang_model_sampled_is_a_prompt(
         {"role": "assistant", "content": [{"text": "A it is."}]},
     ]
     model = SGLangModel(tokenizer=qwen3_tokenizer, client=client)
-    await make_agent(model, messages=history).invoke_async(QUESTIONS[1])
+    await solver(model, messages=history).invoke_async(QUESTIONS[1])
     prompt = qwen3_tokenizer.decode(
         model.trajectory.token_ids[: model.trajectory.initial_prompt_length].tolist()
     )
