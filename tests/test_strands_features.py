@@ -160,6 +160,32 @@ async def test_fanout_compaction_by_summaries_gives_one_exact_segment_per_contex
     assert last.token_ids[: last.initial_prompt_length] == expected_prompt, "a fresh episode's prompt"
 
 
+async def test_summaries_on_a_model_of_their_own_leave_the_episode_untouched(
+    qwen3_tokenizer: Any, client: SGLangClient, server: DevServer
+) -> None:
+    """``Agent(aux_model=...)`` takes the summaries: the episode's model serves none of them, and its
+    segments are the same as when it serves them itself."""
+    served, _, _, _ = await summarizing_episode(qwen3_tokenizer, client, server, fanout=True)
+    _, prompt_lengths = await reference_episode(qwen3_tokenizer, client, server)
+    model = SGLangModel(
+        tokenizer=qwen3_tokenizer,
+        client=client,
+        new_segment_on_context_change=True,
+        context_window_limit=prompt_lengths[3] + 31,
+        min_reply_tokens=32,
+    )
+    summarizer = SGLangModel(tokenizer=qwen3_tokenizer, client=client, new_segment_on_context_change=True)
+    manager = SummarizingConversationManager(
+        summary_ratio=0.5, preserve_recent_messages=2, summarization_system_prompt="Summarize."
+    )
+    await make_agent(model, conversation_manager=manager, aux_model=summarizer).invoke_async(PROMPT)
+    assert model.stats.side_calls == 0 and summarizer.stats.model_calls == served.stats.side_calls >= 2
+    segments = [*model.closed_trajectories, model.trajectory]
+    assert [as_lists(t) for t in segments] == [
+        as_lists(t) for t in [*served.closed_trajectories, served.trajectory]
+    ]
+
+
 async def test_proactive_compression_sees_exact_counts_and_gives_exact_segments(
     qwen3_tokenizer: Any, client: SGLangClient, server: DevServer
 ) -> None:
