@@ -305,7 +305,7 @@ class SGLangModel(Model):
         """The trajectory :attr:`_turn_chunks` encode."""
         self._closed_chunks: list[str] = []
         self._rendered: tuple[Any, list[int], str] | None = None
-        """``(key, ids, text)`` of the latest prompt :meth:`count_tokens` rendered: the call reuses it."""
+        """``(key, ids, text)`` of the prompt :meth:`count_tokens` rendered for the next call, which takes it."""
         self.last_output_text: str | None = None
         self.last_parsed: ParsedOutput | None = None
         self._reply_text: str | None = None
@@ -690,11 +690,11 @@ class SGLangModel(Model):
         if tool_specs is None and system_prompt is None and self.trajectory.ends_with_output:
             if not template_messages:
                 return 0
-            ids, _ = await self._continuation_ids(template_messages)
+            ids, _ = await self._continuation_ids(template_messages, for_call=False)
         else:
             if not template_messages and not system_prompt and not tool_specs:
                 return 0
-            ids, _ = await self._initial_ids(template_messages, tool_specs, system_prompt)
+            ids, _ = await self._initial_ids(template_messages, tool_specs, system_prompt, for_call=False)
         return len(ids)
 
     @property
@@ -838,35 +838,48 @@ class SGLangModel(Model):
         template_messages: list[dict[str, Any]],
         tool_specs: list[ToolSpec] | None,
         system_prompt: str | None,
+        for_call: bool = True,
     ) -> tuple[list[int], str]:
         """The ids and text of a whole prompt: system, tools, ``template_messages``, generation prompt."""
         tools = tool_specs_to_template_tools(tool_specs)
-        key = ("initial", system_prompt, tools, template_messages)
-        rendered = self._rendered
-        if rendered is not None and rendered[0] == key:
-            return rendered[1], rendered[2]
-        size = sum(len(m.get("content") or "") for m in template_messages)
-        text = await self.templater.render_async(
-            lambda: self.templater.initial_prompt_text(template_messages, system_prompt, tools), size
+        return await self._render_ids(
+            ("initial", system_prompt, tools, template_messages),
+            lambda: self.templater.initial_prompt_text(template_messages, system_prompt, tools),
+            template_messages,
+            for_call,
         )
-        ids = await self.templater.encode_async(text)
-        self._rendered = (key, ids, text)
-        return ids, text
 
-    async def _continuation_ids(self, template_messages: list[dict[str, Any]]) -> tuple[list[int], str]:
+    async def _continuation_ids(
+        self, template_messages: list[dict[str, Any]], for_call: bool = True
+    ) -> tuple[list[int], str]:
         """The ids and text the next call appends after the model's last output: its turn closing,
         ``template_messages`` and the generation prompt."""
         last = self.trajectory.token_ids[-1] if self.trajectory.ends_with_output else None
-        key = ("continuation", len(self.trajectory), last, template_messages)
-        rendered = self._rendered
+        return await self._render_ids(
+            ("continuation", len(self.trajectory), last, template_messages),
+            lambda: self.templater.continuation_text(template_messages, last),
+            template_messages,
+            for_call,
+        )
+
+    async def _render_ids(
+        self,
+        key: tuple[Any, ...],
+        render: Callable[[], str],
+        template_messages: list[dict[str, Any]],
+        for_call: bool,
+    ) -> tuple[list[int], str]:
+        """Render and encode a prompt. :meth:`count_tokens` renders the next call's prompt
+        (``for_call`` False) and keeps it for that call, which takes it: one use, so nothing is held
+        past the call (these are lists the garbage collector would walk)."""
+        rendered, self._rendered = self._rendered, None
         if rendered is not None and rendered[0] == key:
             return rendered[1], rendered[2]
         size = sum(len(m.get("content") or "") for m in template_messages)
-        text = await self.templater.render_async(
-            lambda: self.templater.continuation_text(template_messages, last), size
-        )
+        text = await self.templater.render_async(render, size)
         ids = await self.templater.encode_async(text)
-        self._rendered = (key, ids, text)
+        if not for_call:
+            self._rendered = (key, ids, text)
         return ids, text
 
     async def _initial_text(
