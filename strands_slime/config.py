@@ -163,12 +163,38 @@ class FanoutConfig(BaseModel):
         "strands_slime.rollout.fanout.normalize_by_group_index; not with --partial-rollout or fully-async rollout. "
         "Training only: evaluation keeps one sample per episode.",
     )
+    compaction: Literal["window", "summarize"] = Field(
+        "window",
+        description="How the agent compacts its context: window = Strands' SlidingWindowConversationManager "
+        "(drops the oldest messages); summarize = SummarizingConversationManager (the model summarizes the "
+        "oldest messages when the context overflows; the summary call is served outside the episode's "
+        "trajectory, never trained, and blocks the rollout's event loop while it runs, as Strands makes "
+        "it synchronously).",
+    )
     window_messages: int | None = Field(
         None,
         ge=2,
-        description="Compact the agent's context to this many messages before every model call (the "
-        "prompt stays pinned); None: compact only when the context window overflows.",
+        description="compaction: window only. Compact the agent's context to this many messages before every "
+        "model call (the prompt stays pinned); None: compact only when the context window overflows.",
     )
+    summary_ratio: float = Field(
+        0.3,
+        ge=0.1,
+        le=0.8,
+        description="compaction: summarize only. Share of the messages summarized at once.",
+    )
+    preserve_recent_messages: int = Field(
+        4, ge=1, description="compaction: summarize only. Recent messages never summarized."
+    )
+
+    @model_validator(mode="after")
+    def _options_of_the_compaction(self) -> FanoutConfig:
+        if self.compaction == "summarize" and self.window_messages is not None:
+            raise ValueError("window_messages applies to compaction: window, not summarize")
+        stray = {"summary_ratio", "preserve_recent_messages"} & self.model_fields_set
+        if self.compaction == "window" and stray:
+            raise ValueError(f"{', '.join(sorted(stray))} apply to compaction: summarize, not window")
+        return self
 
 
 class ExecutorConfig(BaseModel):
@@ -287,6 +313,13 @@ class RolloutConfig(BaseModel):
     )
     max_context_len: int | None = Field(
         None, gt=0, description="Context limit; default: args.rollout_max_context_len / the server's."
+    )
+    min_reply_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="Room a reply needs: a call whose prompt leaves less of the context raises the context "
+        "overflow (so a compacting agent compacts) instead of sampling a reply cut to a few tokens. None: "
+        "1024 or a quarter of the window with fanout (its conversation manager compacts), 1 without.",
     )
     gc_tuning: bool = Field(
         True,

@@ -74,8 +74,19 @@ class ModelCallLimitReached(EpisodeEnded):
 
 
 class TrajectoryDesyncError(Exception):
-    """The agent's message history no longer contains the outputs recorded in the token trajectory,
-    so the new messages cannot be appended safely (e.g. a conversation manager dropped them)."""
+    """The agent's message history no longer continues the token trajectory (a conversation manager
+    compacted it, or code edited, cleared or replaced ``agent.messages``), so the new messages cannot
+    be appended to what the model read; the message names the cause and the fix."""
+
+
+class TokenStateUnavailable(TrajectoryDesyncError):
+    """A restored agent's history holds outputs an ``SGLangModel`` sampled, but their token state cannot
+    be resumed exactly (not saved, another tokenizer, damaged); the message says what to do."""
+
+
+class ModelInUseError(RuntimeError):
+    """An ``SGLangModel`` holds one agent's episode; another agent called it (one model per agent, or
+    ``model.reset()`` before handing it on)."""
 
 
 def find_episode_end(exc: BaseException | None) -> EpisodeEnded | None:

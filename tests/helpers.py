@@ -26,6 +26,23 @@ def solve_with_tool(match: str, code: str, answer: str) -> dict[str, Any]:
     }
 
 
+SUMMARY = "Summary: the agent printed the numbers one by one."
+"""What :func:`counting_script` answers a conversation manager's summary request with."""
+
+
+def counting_script(count_to: int = 4) -> list[dict[str, Any]]:
+    """Print 1, 2, ... ``count_to`` with one Python call each ("Count to four"), then answer; each reply
+    is chosen by the latest tool result, so a compacted history goes on where it was. Strands'
+    summary request gets :data:`SUMMARY`; "Say hi" gets "hi"."""
+    rules: list[dict[str, Any]] = [{"match": "Please summarize this conversation.", "replies": [SUMMARY]}]
+    for k in range(count_to, 0, -1):
+        reply = tool_call(f"print({k + 1})") if k < count_to else f"Counted.\n\nAnswer: \\boxed{{{count_to}}}"
+        rules.append({"match": f"<tool_response>\n{k}\n", "replies": [reply]})
+    rules.append({"match": "Count to four", "replies": [tool_call("print(1)")]})
+    rules.append({"match": "Say hi", "replies": ["hi"]})
+    return rules
+
+
 NAME_ITSELF = "import ctypes\nctypes.CDLL(None).prctl(15, b'{name}', 0, 0, 0)\n"
 """Python that sets the process's name (``PR_SET_NAME``): sandboxed code says it is running."""
 

@@ -580,6 +580,7 @@ async def test_update_config_applies_what_get_config_shows(qwen3_tokenizer: Any,
         "context_window_limit",
         "max_response_tokens",
         "use_server_context_length",
+        "min_reply_tokens",
     }
     model.update_config(
         enable_thinking=False, sampling_params={"max_new_tokens": 512}, max_response_tokens=2048

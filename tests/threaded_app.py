@@ -45,3 +45,26 @@ def serve_app_in_thread(build_app: Callable[[], web.Application]) -> Iterator[st
     finally:
         holder["loop"].call_soon_threadsafe(holder["loop"].stop)
         thread.join(10)
+
+
+@contextmanager
+def devserver_in_thread(*args: Any, **options: Any) -> Iterator[Any]:
+    """A started :class:`~strands_slime.devserver.DevServer` (``DevServer(*args, **options)``) on its own
+    event loop in a thread: for code that blocks the test's loop while it waits for a reply (Strands
+    runs a conversation manager's summary call in a thread and waits for it synchronously)."""
+    from strands_slime.devserver import DevServer
+
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    server = DevServer(*args, **options)
+    try:
+        asyncio.run_coroutine_threadsafe(server.start(), loop).result(30)
+        yield server
+    finally:
+        try:
+            asyncio.run_coroutine_threadsafe(server.stop(), loop).result(30)
+        finally:
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(10)
+            loop.close()

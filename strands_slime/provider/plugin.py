@@ -12,6 +12,10 @@ explicit plugin instead of something the model installs behind the caller's back
   nothing before its own last output (it keeps the tokens), so an ``InvokeModelStage.Input``
   middleware hands it only the messages from there on; ``agent.messages`` keeps the whole history, and
   when an OpenTelemetry span records, the call is left whole so traces show every message.
+* **Edits to the history are found.** When each invocation starts, ``agent.messages`` is checked
+  against the messages the model read (one pass over the history per invocation, none per turn): an
+  edit, a cleared or cut history is then not silently ignored (the model's next call starts a new
+  context segment or raises ``TrajectoryDesyncError``, naming the cause).
 
 A model used without its plugin stays exact (same ids, mask and logprobs) and says once what it
 misses (a WARNING naming ``plugins=[model.plugin()]``).
@@ -21,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from strands.hooks import BeforeToolCallEvent
+from strands.hooks import BeforeInvocationEvent, BeforeToolCallEvent
 from strands.plugins import Plugin, hook
 
 try:  # Strands >= 1.62: middleware around each model call
@@ -47,7 +51,7 @@ class TITOPlugin(Plugin):
         self.model = model
         # What Plugin.__init__ would discover by walking every attribute of the class hierarchy (64 us,
         # once per episode); given here, Plugin's own guard skips the walk.
-        self._hooks = [self.answer_malformed_tool_calls]
+        self._hooks = [self.check_history, self.answer_malformed_tool_calls]
         self._tools = []
         super().__init__()
 
@@ -56,6 +60,11 @@ class TITOPlugin(Plugin):
         self.model._attached_agents.add(agent)
         if InvokeModelStage is not None:
             agent.add_middleware(InvokeModelStage.Input, self._send_only_new_messages)
+
+    @hook
+    def check_history(self, event: BeforeInvocationEvent) -> None:
+        """Check the agent's history against what the model read (edits between invocations)."""
+        self.model.check_history(event.agent)
 
     @hook
     def answer_malformed_tool_calls(self, event: BeforeToolCallEvent) -> None:
@@ -67,14 +76,11 @@ class TITOPlugin(Plugin):
     def _send_only_new_messages(self, context: InvokeModelContext) -> InvokeModelContext:
         """Hand the model only the messages from its last output on (its ``messages`` are already
         Strands' copy); the whole list when a span records or the model finds no output of its own."""
-        model = self.model
-        model.message_offset = 0
-        if context.model is not model or _span_records():
+        if context.model is not self.model:
             return context
-        position = model.last_output_position(context.messages)
+        position = self.model.trim_point(context.agent, context.messages, whole=_span_records())
         if position is None:
             return context
-        model.message_offset = position
         return context.replace(messages=context.messages[position:])
 
 

@@ -30,6 +30,7 @@ from strands.agent.conversation_manager import (
     ConversationManager,
     NullConversationManager,
     SlidingWindowConversationManager,
+    SummarizingConversationManager,
 )
 from strands.types.exceptions import MaxTokensReachedException
 
@@ -279,6 +280,7 @@ class Episode:
             return_routed_experts=bool(getattr(args, "use_rollout_routing_replay", False)),
             request_trace=slime_compat.request_trace(self.sample),
             new_segment_on_context_change=self.fans_out,
+            persist_tokens=False,  # resumption keeps the state in the sample (rollout.resume)
             pace=_pace,
             sampling_params=dict(self.sampling_params),
             chat_family=config.chat_family,
@@ -286,6 +288,7 @@ class Episode:
             chat_template=chat_template(config),
             max_response_tokens=response_budget,
             context_window_limit=context_limit,
+            min_reply_tokens=config.min_reply_tokens,
         )
 
     async def _ended_by(self, exc: Exception, user_text: str) -> None:
@@ -737,6 +740,12 @@ def _conversation_manager(config: RolloutConfig, fanout: bool, pinned: int) -> C
     the prompt (history and question) stays pinned."""
     if not fanout:
         return NullConversationManager()
+    if config.fanout.compaction == "summarize":
+        return SummarizingConversationManager(
+            summary_ratio=config.fanout.summary_ratio,
+            preserve_recent_messages=config.fanout.preserve_recent_messages,
+            pin_first=pinned,
+        )
     window = config.fanout.window_messages
     return SlidingWindowConversationManager(
         window_size=max(window or 40, pinned + 2), per_turn=window is not None, pin_first=pinned

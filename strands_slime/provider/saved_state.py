@@ -1,0 +1,184 @@
+"""The episode's token state inside Strands' own agent state, so a new model resumes it exactly.
+
+Strands hands every model call the agent's ``model_state`` ("runtime state for model providers"),
+writes it back when the call succeeds, and keeps it wherever it keeps the agent: session managers
+(``FileSessionManager``, S3, ...) persist it with the messages, ``agent.take_snapshot()`` includes it,
+checkpoint resumes restore it. The model writes its episode there under :data:`MODEL_STATE_KEY`: the
+trajectory one turn per string (a turn is encoded once, when it is sampled, so a call adds only its
+own turn), and the bookkeeping (``model.state()`` and the digests of the messages read) as one JSON
+string. Strings keep Strands' per-call deep copy of ``model_state`` cheap. By default it does so when
+the agent has a session manager (Strands then passes the session id); otherwise, and with
+``persist_tokens=False``, it writes only a marker with the number of outputs.
+
+A new :class:`~strands_slime.provider.model.SGLangModel` finds it on its first call and goes on with
+the episode: the same ids, mask and logprobs as if nothing had been restored. What cannot be resumed
+exactly is refused (:class:`~strands_slime.errors.TokenStateUnavailable`): a state saved without its
+tokens (``persist_tokens=False``, or no session manager), by another tokenizer or chat template, or in an unknown format.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from array import array
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from strands_slime.errors import TokenStateUnavailable
+from strands_slime.provider.trajectory import (
+    LOGPROB_TYPECODE,
+    TOKEN_ID_TYPECODE,
+    TokenTrajectory,
+)
+
+MODEL_STATE_KEY = "strands_slime"
+"""The key of the episode's state in the agent's ``model_state``."""
+FORMAT = 1
+
+
+def _pack(values: array[Any]) -> str:
+    """The values' bytes, little-endian, in base64."""
+    if not _LITTLE_ENDIAN:  # pragma: no cover - depends on the machine
+        values = array(values.typecode, values)
+        values.byteswap()
+    return base64.b64encode(values.tobytes()).decode("ascii")
+
+
+def _unpack(text: str, typecode: str) -> array[Any]:
+    values = array(typecode)
+    values.frombytes(base64.b64decode(text.encode("ascii"), validate=True))
+    if not _LITTLE_ENDIAN:  # pragma: no cover - depends on the machine
+        values.byteswap()
+    return values
+
+
+_LITTLE_ENDIAN = array("H", [1]).tobytes() == b"\x01\x00"
+
+
+def encode_turn(trajectory: TokenTrajectory, turn: int) -> str:
+    """Turn ``turn`` of ``trajectory`` (its prompt and output segments) as one JSON string."""
+    start = trajectory.turn_start(turn)
+    end = trajectory.turn_start(turn + 1) if turn + 1 < trajectory.turn_count else None
+    segments = trajectory.segment_info[start.segment_count : end.segment_count if end else None]
+    encoded = []
+    for segment in segments:
+        stop = segment.start + segment.length
+        ids = _pack(trajectory.token_ids[segment.start : stop])
+        if segment.is_output:
+            logprobs = _pack(trajectory.logprobs[segment.start : stop])
+            encoded.append(["output", ids, logprobs, segment.meta_info])
+        else:
+            encoded.append(["prompt", ids])
+    return json.dumps(encoded, ensure_ascii=False, separators=(",", ":"))
+
+
+def encode_trajectory(trajectory: TokenTrajectory) -> list[str]:
+    """Every turn of ``trajectory`` (:func:`encode_turn`)."""
+    return [encode_turn(trajectory, turn) for turn in range(trajectory.turn_count)]
+
+
+def decode_trajectory(turns: Sequence[str], missing_logprobs: int = 0) -> TokenTrajectory:
+    """The trajectory :func:`encode_trajectory` wrote.
+
+    Raises:
+        ValueError, TypeError, KeyError: a turn is malformed."""
+    trajectory = TokenTrajectory()
+    for turn in turns:
+        trajectory.begin_turn()
+        for segment in json.loads(turn):
+            ids = _unpack(segment[1], TOKEN_ID_TYPECODE)
+            if segment[0] == "output":
+                trajectory.add_output(ids, _unpack(segment[2], LOGPROB_TYPECODE), segment[3])
+            elif segment[0] == "prompt":
+                trajectory.add_prompt(ids)
+            else:
+                raise ValueError(f"unknown saved segment kind {segment[0]!r}")
+    trajectory.missing_logprobs = missing_logprobs
+    trajectory.check()
+    return trajectory
+
+
+def tokenizer_fingerprint(templater: Any) -> str:
+    """What the saved ids mean: the vocabulary size, the chat family and the chat template."""
+    tokenizer = templater.tokenizer
+    try:
+        vocabulary = len(tokenizer)
+    except TypeError:
+        vocabulary = getattr(tokenizer, "vocab_size", 0)
+    text = (
+        f"{vocabulary}|{templater.family.name}|{templater.chat_template or ''}|{templater.template_kwargs!r}"
+    )
+    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+
+
+def saved_episode(
+    *,
+    fingerprint: str,
+    turns: Sequence[str] | None,
+    closed: Sequence[str],
+    bookkeeping: Mapping[str, Any],
+    outputs: int,
+) -> dict[str, Any]:
+    """The ``model_state`` entry for an episode; ``turns`` None: its tokens are not kept."""
+    if turns is None:
+        return {"format": FORMAT, "tokens": False, "outputs": outputs}
+    return {
+        "format": FORMAT,
+        "tokens": True,
+        "tokenizer": fingerprint,
+        "turns": tuple(turns),
+        "closed": tuple(closed),
+        "bookkeeping": json.dumps(bookkeeping, ensure_ascii=False, separators=(",", ":")),
+    }
+
+
+def read_saved_episode(
+    saved: Any, fingerprint: str
+) -> tuple[TokenTrajectory, list[TokenTrajectory], dict[str, Any]] | None:
+    """``(trajectory, closed segments, bookkeeping)`` of a saved episode, or None when it holds no
+    model output (nothing to resume).
+
+    Raises:
+        TokenStateUnavailable: the state cannot be resumed exactly (the message says why and what to do)."""
+    if not isinstance(saved, Mapping) or saved.get("format") != FORMAT:
+        raise TokenStateUnavailable(
+            f"the agent's model_state[{MODEL_STATE_KEY!r}] is not a format-{FORMAT} strands_slime state "
+            "(saved by another version?); call model.reset() to start a new episode from the history as a prompt"
+        )
+    if not saved.get("tokens"):
+        if not saved.get("outputs"):
+            return None
+        raise TokenStateUnavailable(
+            f"the agent's history holds {saved['outputs']} output(s) an SGLangModel sampled, but their token "
+            "ids were not saved with it (the model keeps them in model_state with a session manager, or "
+            "with persist_tokens=True): a new model could only re-tokenize their text. Pass "
+            "persist_tokens=True where the agent's state is saved otherwise (agent.take_snapshot()), or "
+            "call model.reset() to train on the restored history as a prompt"
+        )
+    if saved.get("tokenizer") != fingerprint:
+        raise TokenStateUnavailable(
+            "the agent's saved token state was written with another tokenizer or chat template; its ids "
+            "mean something else here. Resume with the same tokenizer and chat options, or call "
+            "model.reset() to start a new episode from the history as a prompt"
+        )
+    try:
+        bookkeeping = json.loads(saved["bookkeeping"])
+        trajectory = decode_trajectory(saved["turns"], int(bookkeeping["missing_logprobs"]))
+        closed = [
+            decode_trajectory(json.loads(segment["turns"]), int(segment["missing_logprobs"]))
+            for segment in map(json.loads, saved.get("closed") or ())
+        ]
+    except (KeyError, TypeError, ValueError, AssertionError) as exc:
+        raise TokenStateUnavailable(
+            f"the agent's saved token state is damaged ({type(exc).__name__}: {exc}); call model.reset() "
+            "to start a new episode from the history as a prompt"
+        ) from exc
+    return trajectory, closed, bookkeeping
+
+
+def encode_closed(trajectory: TokenTrajectory) -> str:
+    """A closed context segment (``new_segment_on_context_change``) as one string, encoded once."""
+    return json.dumps(
+        {"turns": json.dumps(encode_trajectory(trajectory)), "missing_logprobs": trajectory.missing_logprobs}
+    )
