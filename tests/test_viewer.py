@@ -112,13 +112,19 @@ def test_logprobs_missing_or_not_finite_are_shown_without_heat() -> None:
     assert heavy[1]["lp"] == [None, -99_999, -12]
 
 
+def _view_error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    """``strands-slime view`` must fail as every command does: status 2, one ``error:`` line."""
+    assert main(["view", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err, err
+    return err
+
+
 def test_bad_input_is_reported_clearly(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit, match=r"has no samples\.jsonl"):
-        main(["view", str(tmp_path), "--no-tokenizer"])
+    assert "has no samples.jsonl" in _view_error(capsys, [str(tmp_path), "--no-tokenizer"])
     bad = tmp_path / "samples.jsonl"
     bad.write_text('{"tokens": [1], "loss_mask": [], "response_length": 0}\nnot json\n')
-    with pytest.raises(SystemExit, match=r"samples.jsonl:2: not JSON"):
-        main(["view", str(bad), "--no-tokenizer"])
+    assert "samples.jsonl:2: not JSON" in _view_error(capsys, [str(bad), "--no-tokenizer"])
     bad.write_text('{"tokens": [1, 2], "loss_mask": [1, 1, 1], "response_length": 3}\n')
     with pytest.raises(ReportError, match="loss_mask has 3 entries"):
         write_report(bad)
@@ -146,7 +152,9 @@ def test_rows_read_the_episode_record_and_the_transcript_stays_out_of_the_page()
     assert shown["dataset_key"] == "kept" and shown["reward_details"] == {"acc": True, "pred": "5"}
 
 
-def test_metadata_of_another_shape_names_the_sample(tmp_path: Path) -> None:
+def test_metadata_of_another_shape_names_the_sample(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     samples = tmp_path / "samples.jsonl"
     good = {"index": 0, "tokens": [1, 2], "loss_mask": [1], "response_length": 1, "metadata": {}}
     cases = [
@@ -158,8 +166,7 @@ def test_metadata_of_another_shape_names_the_sample(tmp_path: Path) -> None:
     for metadata, message in cases:
         bad = {**good, "index": 1, "metadata": metadata}
         samples.write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n")
-        with pytest.raises(SystemExit, match=message):
-            main(["view", str(samples), "--no-tokenizer"])
+        assert re.search(message, _view_error(capsys, [str(samples), "--no-tokenizer"]))
         assert not (tmp_path / "report.html").exists(), "nothing half-written"
     samples.write_text(json.dumps({**good, "metadata": None}) + "\n")  # no metadata at all: defaults
     assert _embedded(write_report(samples).read_text())["rows"][0]["tc"] == 0
@@ -168,7 +175,7 @@ def test_metadata_of_another_shape_names_the_sample(tmp_path: Path) -> None:
 def test_rollout_writes_the_report_and_prints_its_path(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["rollout", "--data", str(DEMO), "--limit", "1", "--out", str(tmp_path), "--quiet"]) == 0
+    assert main(["rollout", "--data", str(DEMO), "--limit", "1", "--out", str(tmp_path)]) == 0
     assert f"report: {tmp_path / 'report.html'}" in capsys.readouterr().out
     assert len(_embedded((tmp_path / "report.html").read_text())["rows"]) == 1
 
