@@ -4,11 +4,13 @@ while they happen, nothing overwritten, one error line per usage error."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -384,6 +386,68 @@ def test_wandb_is_checked_before_the_run(
     argv = ["rollout", "--data", str(DEMO), "--base-url", "http://127.0.0.1:9", "--out", str(out), "--wandb"]
     assert _error_line(capsys, argv) == "error: --wandb needs wandb: pip install 'strands-slime[wandb]'"
     assert not out.exists()
+
+
+class _LiveStderr:
+    """A CLI subprocess whose stderr is read as it is written (the progress bar writes no newlines)."""
+
+    def __init__(self, argv: list[str]) -> None:
+        self.process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.chunks: list[bytes] = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stderr is not None
+        while chunk := os.read(self.process.stderr.fileno(), 65536):
+            self.chunks.append(chunk)
+
+    @property
+    def text(self) -> str:
+        return b"".join(self.chunks).decode(errors="replace")
+
+    def finish(self, timeout: float) -> int:
+        code = self.process.wait(timeout=timeout)
+        self.reader.join(timeout=10)
+        return code
+
+
+@pytest.mark.slow  # a subprocess that watches its server fail and recover: 8-15 s
+def test_the_unhealthy_server_line_shows_while_the_run_waits_and_quiet_shows_nothing(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("strands_slime:\n  client:\n    retry_delay_s: 0.2\n    max_retry_delay_s: 0.5\n")
+    with DevServerThread("scripted", script=SCRIPT) as server:
+        server.inject_fault(status=503, count=100_000, message="warming up")
+        argv = [sys.executable, "-m", "strands_slime.cli", "rollout", "--data", str(DEMO)]
+        argv += ["--base-url", server.url, "--config", str(config)]
+        run = _LiveStderr([*argv, "--limit", "2", "--out", str(tmp_path / "r")])
+        try:
+            wait_until_sync(
+                lambda: "server unhealthy since" in run.text, timeout=120, what="the unhealthy line"
+            )
+            assert run.process.poll() is None, "shown while the run waits, not at its end"
+            assert re.search(r"\d requests? retrying \(retry \d+ of 60\): HTTP 503 .*warming up", run.text)
+            server.call(server.server.clear_faults)  # type: ignore[union-attr]
+            assert run.finish(timeout=120) == 0, run.text[-3000:]
+        finally:
+            run.process.kill()
+        assert re.search(r"server recovered after \d+ s", run.text.split("server unhealthy since", 1)[1])
+        assert "WARNING" not in run.text and "Traceback" not in run.text
+
+        # --quiet with an episode that fails after a tool round (its first reply passes, the second is
+        # a 500), which Strands reports too: nothing on the terminal, the details in the log
+        server.inject_fault(delay_s=0.01, count=1)
+        server.inject_fault(status=500, count=1, message="engine on fire")
+        config.write_text(NO_RETRIES)
+        quiet = subprocess.run(
+            [*argv, "--limit", "1", "--out", str(tmp_path / "q"), "--quiet", "--max-failure-rate", "1"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    assert (quiet.returncode, quiet.stdout, quiet.stderr) == (0, "", "")
+    log = (tmp_path / "q" / "rollout.log").read_text()
+    assert log.count("episode failed: SGLangHTTPError: HTTP 500") == 1 and "event loop cycle failed" in log
 
 
 def _wait_for_lines(path: Path, count: int, deadline_s: float) -> None:
