@@ -450,6 +450,24 @@ def test_the_unhealthy_server_line_shows_while_the_run_waits_and_quiet_shows_not
     assert log.count("episode failed: SGLangHTTPError: HTTP 500") == 1 and "event loop cycle failed" in log
 
 
+@pytest.mark.slow  # a worker process starts: 5-10 s
+def test_quiet_stays_quiet_with_executor_workers_their_warnings_go_to_the_log(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(NO_RETRIES + "  executor:\n    workers: 1\n    oversubscribe: true\n")
+    with DevServerThread("scripted", script=SCRIPT) as server:
+        server.inject_fault(status=500, count=1, message="engine on fire")
+        argv = [sys.executable, "-m", "strands_slime.cli", "rollout", "--data", str(DEMO), "--limit", "2"]
+        argv += ["--base-url", server.url, "--config", str(config), "--out", str(tmp_path / "r")]
+        done = subprocess.run(
+            [*argv, "--quiet", "--max-failure-rate", "1"], capture_output=True, text=True, timeout=300
+        )
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+    log = (tmp_path / "r" / "rollout.log").read_text()
+    assert re.search(
+        r"strands_slime executor worker \d+ WARNING .*episode failed: SGLangHTTPError: HTTP 500", log
+    )
+
+
 def _wait_for_lines(path: Path, count: int, deadline_s: float) -> None:
     wait_until_sync(
         lambda: path.exists() and len(path.read_text().splitlines()) >= count,

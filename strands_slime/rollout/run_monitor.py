@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import sys
 import time
 from collections import Counter
@@ -207,14 +208,18 @@ class _RetryEvents(logging.Handler):
 
 @contextlib.contextmanager
 def run_logging(log_path: Path, monitor: RunMonitor) -> Iterator[None]:
-    """While the run goes: every warning (Python ``warnings`` too) to ``log_path`` and not to stderr,
-    and the client's retry events to ``monitor``. What was set before is restored after."""
+    """While the run goes: every warning (Python ``warnings`` too, and those of executor workers
+    started meanwhile) to ``log_path`` and not to stderr, and the client's retry events to
+    ``monitor``. What was set before is restored after."""
+    from strands_slime.rollout.executor_worker import WORKER_LOG_ENV
+
     root = logging.getLogger()
     file_handler = logging.FileHandler(log_path, encoding="utf-8", delay=True)
     file_handler.setLevel(logging.WARNING)
     file_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     events = _RetryEvents(monitor)
-    saved = (retry_logger.level, retry_logger.propagate)
+    saved = (retry_logger.level, retry_logger.propagate, os.environ.get(WORKER_LOG_ENV))
+    os.environ[WORKER_LOG_ENV] = str(log_path)
     root.addHandler(file_handler)  # with a handler in place, logging's last resort (stderr) stays silent
     retry_logger.setLevel(logging.DEBUG)
     retry_logger.propagate = False  # a line per retry would drown the log: the monitor sums them up
@@ -229,3 +234,7 @@ def run_logging(log_path: Path, monitor: RunMonitor) -> Iterator[None]:
         file_handler.close()
         retry_logger.setLevel(saved[0])
         retry_logger.propagate = saved[1]
+        if saved[2] is None:
+            os.environ.pop(WORKER_LOG_ENV, None)
+        else:
+            os.environ[WORKER_LOG_ENV] = saved[2]
