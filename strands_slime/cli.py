@@ -253,9 +253,9 @@ def _report_outcome(options: RolloutOptions, summary: dict[str, Any]) -> int:
     if summary["stopped"]:
         if summary["saved"]:
             print_failures(summary, options.out, sys.stderr)
+        then = "--resume runs the rest and the failed samples again" if summary["saved"] else "run it again"
         print(
-            f"error: stopped early: {summary['stopped']}; {saved}; once the server is healthy, --resume "
-            "runs the rest and the failed samples again",
+            f"error: stopped early: {summary['stopped']}; {saved}; once the server is healthy, {then}",
             file=sys.stderr,
         )
         return EXIT_FAILED

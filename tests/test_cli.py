@@ -285,6 +285,26 @@ def test_a_server_that_fails_everything_stops_the_run_and_resume_runs_the_failed
     assert summary["samples"] == 10 and summary["failures"]["failed"] == 0 and summary["stopped"] is None
 
 
+def test_a_server_failing_every_request_for_unhealthy_timeout_stops_the_run_and_leaves_no_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(FAST_RETRIES)
+    out = tmp_path / "runs" / "r"
+    with DevServerThread("scripted", script=SCRIPT) as server:
+        server.inject_fault(status=503, count=100_000, message="warming up")
+        argv = ["rollout", "--data", str(DEMO), "--base-url", server.url, "--config", str(config)]
+        assert main([*argv, "--unhealthy-timeout", "1", "--out", str(out)]) == 1
+    error = _lines_besides_the_progress_bar(capsys.readouterr().err)[-1]
+    assert re.fullmatch(
+        rf"error: stopped early: the server {re.escape(server.url)} failed every request for \d+ s "
+        r"\(--unhealthy-timeout 1; latest: HTTP 503 .*warming up.*\); no sample finished, nothing was saved; "
+        r"once the server is healthy, run it again",
+        error,
+    ), error
+    assert not (tmp_path / "runs").exists(), "a run that saved nothing leaves no folder"
+
+
 def test_results_are_never_overwritten_unasked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "r"
     samples = out / "samples.jsonl"

@@ -143,7 +143,7 @@ class RunDir:
     def __init__(self, out: Path) -> None:
         self.out = out
         self.samples = out / SAMPLES
-        self._created_dir = False
+        self._created_dirs: list[Path] = []  # the folders this run made, deepest first
         self._created: list[Path] = []
 
     def open_for_run(
@@ -152,9 +152,11 @@ class RunDir:
         """Create the directory if needed, apply ``--overwrite`` (delete the run files) or a resume's
         reading of ``samples.jsonl`` (``lines``: its torn tail is cut; ``retry_lines`` move to
         ``failed_attempts.jsonl``), and open ``samples.jsonl`` for appending."""
-        if not self.out.exists():
-            self.out.mkdir(parents=True)
-            self._created_dir = True
+        missing = self.out
+        while not missing.exists():
+            self._created_dirs.append(missing)
+            missing = missing.parent
+        self.out.mkdir(parents=True, exist_ok=True)
         if overwrite:
             for name in RUN_FILES:
                 (self.out / name).unlink(missing_ok=True)
@@ -183,15 +185,15 @@ class RunDir:
         kept.replace(self.samples)
 
     def discard_if_unused(self) -> bool:
-        """When the run saved no sample, remove the files it created (and the directory, when it made
-        it and nothing else is in it). Returns whether it did."""
+        """When the run saved no sample, remove the files it created (and the folders it made, while
+        nothing else is in them). Returns whether it did."""
         if count_samples(self.out):
             return False
         for path in self._created:
             path.unlink(missing_ok=True)
-        if self._created_dir:
+        for folder in self._created_dirs:
             try:
-                self.out.rmdir()
+                folder.rmdir()
             except OSError:  # something else was put there meanwhile
-                pass
+                break
         return True
