@@ -9,8 +9,8 @@ SOAK_ARGS ?=
 .PHONY: test test-fast test-slow test-py310 test-sglang lint format demo bench bench-quick soak data clean chromium
 
 # Sizes measured on 2026-11-27 (Python 3.11, x86-64 Linux; `du -sh` of each fresh venv):
-#   .venv       `make test` (the [dev] extra)       2.8 GB: torch 0.75 GB (CPU build), triton 1.0 GB (a
-#                                                   requirement of xgrammar), pyarrow/pandas 0.25 GB
+#   .venv       `make test` (the [dev] extra)       3.3 GB: torch 0.75 GB (CPU build), triton 1.0 GB (a
+#                                                   requirement of xgrammar), ray 0.24 GB, pyarrow/pandas 0.25 GB
 #   .venv-demo  `make demo` (plain install)         0.5 GB: no torch
 #   `pip install -e '.[devserver]'` (CPU dev server) 1.3 GB: torch 2.13.0+cpu
 
@@ -31,7 +31,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	touch $(STAMP)
 
 # The demo gets its own small venv with only the core install (what `pip install strands-slime` gives):
-# no torch, no test tools: 0.5 GB instead of the 2.8 GB dev set-up that `make test` builds.
+# no torch, no test tools: 0.5 GB instead of the 3.3 GB dev set-up that `make test` builds.
 DEMO_VENV ?= .venv-demo
 DEMO_STAMP := $(DEMO_VENV)/.installed
 
