@@ -2,12 +2,13 @@
 
 The progress bar counts finished and failed samples. A server that fails requests shows at once as
 one line (``server unhealthy since 14:03:07: 32 requests retrying (retry 4 of 60): HTTP 500 ...``),
-repeated every :data:`REPEAT_EVERY_S` while it lasts and closed by a line when it recovers; the client
-reports its retries on :data:`~strands_slime.provider.client.retry_logger`. The run stops early, with
-one reason, once every request in flight has failed (as many failed samples in a row as run at once)
-(at least :data:`MIN_FAILURES_IN_A_ROW`) or the server has failed every request for
-``unhealthy_timeout_s``. Every warning of the run (the
-failed episodes' details, Strands' own lines) goes to the run's log file, never between the bar's lines.
+repeated every :data:`REPEAT_EVERY_S` while it lasts and closed by a line once it recovers (no request
+is retrying any more and one succeeded); the client reports its retries on
+:data:`~strands_slime.provider.client.retry_logger`. The run stops early, with one reason, once every
+request in flight has failed (as many failed samples in a row as run at once, at least
+:data:`MIN_FAILURES_IN_A_ROW`) or the server has failed every request for ``unhealthy_timeout_s`` (no
+retried request succeeded and no sample finished in that time). Every warning of the run (the failed
+episodes' details, Strands' own lines) goes to the run's log file, never between the bar's lines.
 """
 
 from __future__ import annotations
@@ -91,6 +92,7 @@ class RunMonitor:
         self.retrying: dict[int, RetryEvent] = {}
         self.unhealthy_since: float | None = None
         self.unhealthy_since_wall: float | None = None
+        self.last_success: float | None = None
         self.last_error = ""
         self._last_said = 0.0
         self.stop_reason: str | None = None
@@ -110,7 +112,7 @@ class RunMonitor:
                 self.stop_reason = f"the last {self.failures_in_a_row} samples all failed (latest: {reason})"
         else:
             self.failures_in_a_row = 0
-            self._recovered()
+            self._succeeded()
         self.progress.update(1)
         self._show_postfix()
 
@@ -126,7 +128,7 @@ class RunMonitor:
         else:
             self.retrying.pop(event.request, None)
             if event.outcome == "recovered":
-                self._recovered()
+                self._succeeded()
         self._show_postfix()
 
     def tick(self) -> None:
@@ -135,10 +137,10 @@ class RunMonitor:
         if self.unhealthy_since is None:
             return
         now = time.monotonic()
-        lasted = now - self.unhealthy_since
-        if self.unhealthy_timeout_s and lasted >= self.unhealthy_timeout_s and not self.stop_reason:
+        failing_for = now - max(self.unhealthy_since, self.last_success or 0.0)
+        if self.unhealthy_timeout_s and failing_for >= self.unhealthy_timeout_s and not self.stop_reason:
             self.stop_reason = (
-                f"the server {self.server} failed every request for {duration(lasted)} "
+                f"the server {self.server} failed every request for {duration(failing_for)} "
                 f"(--unhealthy-timeout {self.unhealthy_timeout_s:g}; latest: {self.last_error})"
             )
             return
@@ -172,8 +174,12 @@ class RunMonitor:
             f"(retry {latest.attempt} of {latest.max_attempts - 1})"
         )
 
-    def _recovered(self) -> None:
-        if self.unhealthy_since is None:
+    def _succeeded(self) -> None:
+        """A retried request or a sample succeeded: the server recovered once no request is retrying
+        (a reply to a request sent before the trouble began, while others retry, is no recovery, but
+        it means the server has not failed every request)."""
+        self.last_success = time.monotonic()
+        if self.unhealthy_since is None or self.retrying:
             return
         lasted = time.monotonic() - self.unhealthy_since
         self.unhealthy_since = self.unhealthy_since_wall = None
