@@ -12,7 +12,6 @@ command is safe to re-run. ``datasets`` (extra ``data``) is imported only when n
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from strands_slime.reward.math_answer import normalize_label, parse_number
+from strands_slime.usage import EXIT_USAGE, ArgumentParser, usage_error
 
 __all__ = [
     "DATASETS",
@@ -60,8 +60,8 @@ DATASETS: dict[str, DatasetSpec] = {
 class DataPrepError(Exception):
     """A problem the user must fix (offline, missing package, invalid rows); the message says how."""
 
-    def __init__(self, message: str, exit_code: int = 1) -> None:
-        """``exit_code``: what ``main`` exits with (1 bad data or usage, 2 offline or a missing package)."""
+    def __init__(self, message: str, exit_code: int = EXIT_USAGE) -> None:
+        """``exit_code``: what ``main`` exits with (2, as every ``strands-slime`` error line)."""
         super().__init__(message)
         self.exit_code = exit_code
 
@@ -329,10 +329,9 @@ def prepare(
 
 
 def main(argv: list[str] | None = None, prog: str = "python -m data_prep.download") -> int:
-    """CLI entry point; returns the process exit code (0 ok, 1 bad data/usage, 2 offline or missing package)."""
-    parser = argparse.ArgumentParser(
-        prog=prog, description="Download DAPO-math-17k / AIME-2024 as slime JSONL."
-    )
+    """CLI entry point; returns the process exit code (0 ok, 2 bad data or usage, offline or a missing
+    package: one ``error:`` line)."""
+    parser = ArgumentParser(prog=prog, description="Download DAPO-math-17k / AIME-2024 as slime JSONL.")
     parser.add_argument("--dataset", choices=[*DATASETS, "all"], default="all")
     parser.add_argument(
         "--out", type=Path, default=None, help="output directory (default: $DATA_DIR or ./data)"
@@ -363,7 +362,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m data_prep.downloa
                 cache_dir=args.cache_dir,
             )
     except DataPrepError as error:
-        print(f"error: {error}", file=sys.stderr)
+        usage_error(error)
         return error.exit_code
     return 0
 

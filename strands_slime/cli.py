@@ -21,17 +21,20 @@ from typing import Any
 from strands_slime.rollout.offline import (
     DEFAULT_HEALTH_TIMEOUT_S,
     DEFAULT_MAX_FAILURE_RATE,
+    DEFAULT_UNHEALTHY_TIMEOUT_S,
     DEMO_DATA,
+    DEMO_SCRIPT,
     RolloutError,
     RolloutOptions,
     load_rows,
-    print_failures,
-    print_summary,
     run_rollout,
     sampling_params,
     slime_args,
 )
 from strands_slime.rollout.offline import bundled as _bundled
+from strands_slime.rollout.run_files import LOG, SAMPLES
+from strands_slime.rollout.run_summary import print_failures, print_summary
+from strands_slime.usage import EXIT_FAILED, EXIT_USAGE, ArgumentParser, usage_error
 
 __all__ = [
     "RolloutError",
@@ -44,9 +47,12 @@ __all__ = [
     "slime_args",
 ]
 
-# exit codes of `rollout`/`demo`
-EXIT_TOO_MANY_FAILURES = 1
-EXIT_USAGE = 2
+# exit codes (strands_slime.usage): 0 ok, 1 the run failed, 2 a usage/data/config error, 128 + signal
+EXIT_TOO_MANY_FAILURES = EXIT_FAILED
+
+
+class CommandError(Exception):
+    """A command cannot run as asked: ``main`` prints it as one ``error:`` line and exits 2."""
 
 
 # --------------------------------------------------------------------------- rollout
@@ -68,7 +74,10 @@ def _add_rollout_arguments(parser: argparse.ArgumentParser, *, demo: bool = Fals
             "--data", type=Path, required=True, help="dataset in slime's layout: .jsonl or .parquet"
         )
     parser.add_argument(
-        "--out", type=Path, default=Path("runs") / ("demo" if demo else "rollout"), help="output directory"
+        "--out",
+        type=Path,
+        default=Path("runs") / ("demo" if demo else "rollout"),
+        help="output directory; one holding samples needs --resume or --overwrite",
     )
     parser.add_argument("--base-url", help="a running SGLang server/router; default: an embedded dev server")
     parser.add_argument(
@@ -98,10 +107,15 @@ def _add_rollout_arguments(parser: argparse.ArgumentParser, *, demo: bool = Fals
     parser.add_argument(
         "--keep-transcript", action="store_true", help="store parsed conversations (drift audit)"
     )
-    parser.add_argument(
+    earlier = parser.add_mutually_exclusive_group()
+    earlier.add_argument(
         "--resume",
         action="store_true",
-        help="keep the samples already in OUT/samples.jsonl and run only the missing ones",
+        help="keep the samples already in OUT/samples.jsonl and run the missing ones and the failed ones "
+        "(their earlier attempts move to OUT/failed_attempts.jsonl)",
+    )
+    earlier.add_argument(
+        "--overwrite", action="store_true", help="delete the results already in OUT and start over"
     )
     parser.add_argument(
         "--max-failure-rate",
@@ -115,11 +129,55 @@ def _add_rollout_arguments(parser: argparse.ArgumentParser, *, demo: bool = Fals
         default=DEFAULT_HEALTH_TIMEOUT_S,
         help="seconds for the server's /health check before the run",
     )
+    parser.add_argument(
+        "--unhealthy-timeout",
+        type=float,
+        default=DEFAULT_UNHEALTHY_TIMEOUT_S,
+        help="stop the run when the server has failed every request for this many seconds (0: never; "
+        "the run also stops once as many samples fail in a row as run at once)",
+    )
     parser.add_argument("--wandb", action="store_true", help="log the run to W&B (WANDB_MODE=offline works)")
     parser.add_argument("--wandb-project", default="strands-slime", help="W&B project")
     parser.add_argument("--wandb-run-name", help="W&B run name (default: W&B's)")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar and no summary")
+    parser.add_argument(
+        "--quiet", action="store_true", help="print nothing but errors (the exit status says the rest)"
+    )
     parser.add_argument("--debug", action="store_true", help="show tracebacks of configuration/data errors")
+    if demo:
+        parser.add_argument(
+            "--print-paths",
+            nargs="?",
+            const="all",
+            choices=["all", *_demo_files()],
+            metavar="NAME",
+            help=f"print where the bundled demo files are and exit; NAME ({', '.join(_demo_files())}) "
+            "prints that path alone",
+        )
+
+
+def _demo_files() -> dict[str, tuple[Path, str]]:
+    """The files the demo runs on, shipped in the package: what a user points other commands at."""
+    configs = Path(str(resources.files("strands_slime") / "configs"))
+    return {
+        "problems": (_bundled(DEMO_DATA), "5 math problems in slime's JSONL layout (rollout --data)"),
+        "script": (_bundled(DEMO_SCRIPT), "the scripted dev server's replies to them (serve --script)"),
+        "config": (configs / "strands_math.yaml", "the default rollout config (rollout --config)"),
+        "eval-config": (
+            configs / "eval_aime.yaml",
+            "slime's --eval-config for AIME-2024 (needs `make data`)",
+        ),
+    }
+
+
+def _print_paths(name: str) -> int:
+    files = _demo_files()
+    if name != "all":
+        print(files[name][0])
+        return 0
+    width = max(len(key) for key in files)
+    for key, (path, what) in files.items():
+        print(f"{key:<{width}}  {path}  # {what}")
+    return 0
 
 
 def _options(ns: argparse.Namespace, data: Path) -> RolloutOptions:
@@ -146,51 +204,88 @@ def _options(ns: argparse.Namespace, data: Path) -> RolloutOptions:
         keep_transcript=ns.keep_transcript,
         quiet=ns.quiet,
         resume=ns.resume,
+        overwrite=ns.overwrite,
         max_failure_rate=ns.max_failure_rate,
         health_timeout_s=ns.health_timeout,
-        wandb=ns.wandb,
-        wandb_project=ns.wandb_project,
-        wandb_run_name=ns.wandb_run_name,
+        unhealthy_timeout_s=ns.unhealthy_timeout,
     )
 
 
 def _rollout(ns: argparse.Namespace, data: Path) -> int:
-    """Run, then report: the summary (unless --quiet), one line on interrupts, exit 1 on too many failures."""
+    """Check, run, then report: the HTML report and W&B also for an interrupted or stopped run."""
     options = _options(ns, data)
-    summary = asyncio.run(run_rollout(options))
-    samples_path = options.out / "samples.jsonl"
+    options.validate()  # before W&B starts: a bad --out is not a W&B run
+    wandb_run = None
+    if ns.wandb:
+        from strands_slime.wandb_log import start_run
+
+        if options.quiet:
+            os.environ.setdefault("WANDB_SILENT", "true")
+        wandb_run = start_run(options.out, ns.wandb_project, ns.wandb_run_name)
+    try:
+        summary = asyncio.run(run_rollout(options))
+    except BaseException as exc:
+        if wandb_run is not None:
+            code = 128 + signal.SIGINT if isinstance(exc, KeyboardInterrupt) else EXIT_USAGE
+            wandb_run.finish(exit_code=code)
+        raise
+    report = _write_viewer_report(options, summary) if summary["saved"] else None
+    code = _report_outcome(options, summary)
+    if report is not None and not options.quiet:
+        print(f"report: {report}")
+    if wandb_run is not None:
+        from strands_slime.wandb_log import log_run
+
+        log_run(wandb_run, summary, options.out, report, code)
+    return code
+
+
+def _report_outcome(options: RolloutOptions, summary: dict[str, Any]) -> int:
+    """Print how the run ended (errors on stderr, even with --quiet) and return the exit status."""
+    samples_path = options.out / SAMPLES
+    saved = f"{summary['samples']} of {summary['expected_samples']} samples are saved in {samples_path}"
+    if not summary["saved"]:
+        saved = "no sample finished, nothing was saved"
     if summary["interrupted"]:
+        rest = "; --resume runs the rest" if summary["saved"] else ""
+        print(f"interrupted by {summary['interrupted']}: {saved}{rest}", file=sys.stderr)
+        return 128 + int(getattr(signal, summary["interrupted"]))
+    if summary["stopped"]:
+        if summary["saved"]:
+            print_failures(summary, options.out, sys.stderr)
+        then = "--resume runs the rest and the failed samples again" if summary["saved"] else "run it again"
         print(
-            f"interrupted by {summary['interrupted']}: {summary['samples']} of {summary['expected_samples']} "
-            f"samples finished and saved in {samples_path} (--resume runs the rest)",
+            f"error: stopped early: {summary['stopped']}; {saved}; once the server is healthy, {then}",
             file=sys.stderr,
         )
-        return 128 + int(getattr(signal, summary["interrupted"]))
+        return EXIT_FAILED
     if not options.quiet:
-        print_summary(summary, options.out)
-    _write_viewer_report(options.out, summary.get("tokenizer") or options.tokenizer)
+        print_summary(summary, options.out, sys.stdout)
     failures = summary["failures"]
     if failures["rate"] > options.max_failure_rate:
         if options.quiet:
-            print_failures(summary, sys.stderr)
+            print_failures(summary, options.out, sys.stderr)
         print(
             f"error: {failures['rate']:.1%} of the samples failed (more than --max-failure-rate "
-            f"{options.max_failure_rate:g}); see metadata.infra_error in {samples_path}",
+            f"{options.max_failure_rate:g}; details in {options.out / LOG}); --resume runs the failed "
+            "samples again",
             file=sys.stderr,
         )
         return EXIT_TOO_MANY_FAILURES
     return 0
 
 
-def _write_viewer_report(out: Path, tokenizer: Any) -> None:
+def _write_viewer_report(options: RolloutOptions, summary: dict[str, Any]) -> Path | None:
     """The run's HTML report (``strands-slime view``) next to its samples; a failure to write it is one
     line, never a failed run: the samples are already saved."""
     from strands_slime.viewer import ReportError, write_report
 
     try:
-        print(f"report: {write_report(out, tokenizer=tokenizer or 'qwen3')}")
+        path = write_report(options.out, tokenizer=summary.get("tokenizer") or options.tokenizer or "qwen3")
     except (ReportError, OSError, ValueError) as exc:
-        print(f"note: no HTML report ({exc}); try `strands-slime view {out}`", file=sys.stderr)
+        print(f"note: no HTML report ({exc}); try `strands-slime view {options.out}`", file=sys.stderr)
+        return None
+    return path
 
 
 # --------------------------------------------------------------------------- drift
@@ -198,14 +293,14 @@ def _write_viewer_report(out: Path, tokenizer: Any) -> None:
 
 def _template_check(ns: argparse.Namespace) -> int:
     """``drift --template-check MODEL_DIR``: 0 when incremental prompts equal full renders of an
-    independent reference (the model's template, or its own encoder when it has none)."""
+    independent reference (the model's template, or its own encoder when it has none), else 1."""
     from strands_slime.provider.chat import ChatTemplater
     from strands_slime.provider.chat_families import UnsupportedChatTemplate
     from strands_slime.provider.reference_encoders import NoReferenceEncoder, reference_for
     from strands_slime.provider.template_check import check_template
     from strands_slime.provider.tokenizer import load_tokenizer
 
-    chat_template = ns.chat_template.read_text() if ns.chat_template else None
+    chat_template = _read_text(ns.chat_template, "--chat-template") if ns.chat_template else None
     model_dir = ns.template_check if ns.template_check.is_dir() else None
     try:
         templater = ChatTemplater(
@@ -213,11 +308,19 @@ def _template_check(ns: argparse.Namespace) -> int:
         )
         reference = reference_for(templater, model_dir=model_dir, encoder_file=ns.reference)
     except (UnsupportedChatTemplate, NoReferenceEncoder) as exc:
-        print(f"strands-slime drift: {exc}", file=sys.stderr)
-        return 2
+        raise CommandError(str(exc)) from exc
+    except OSError as exc:
+        raise CommandError(f"cannot load the tokenizer {str(ns.template_check)!r}: {exc}") from exc
     report = check_template(templater, reference=reference, conversations=ns.conversations)
     print(report.render_text())
-    return 0 if report.ok else 1
+    return 0 if report.ok else EXIT_FAILED
+
+
+def _read_text(path: Path, flag: str) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise CommandError(f"{flag} {path}: {exc.strerror or exc}") from exc
 
 
 async def _drift(ns: argparse.Namespace) -> int:
@@ -238,24 +341,31 @@ async def _drift(ns: argparse.Namespace) -> int:
             script=ns.script,
             keep_transcript=True,
             quiet=True,
+            overwrite=True,  # the audit's own throwaway rollout
         )
         try:
             await run_rollout(options)
         except RolloutError as exc:  # e.g. the default hf backend on a plain install (no torch)
-            raise SystemExit(f"error: {exc}") from exc
-        samples_path = ns.out / "samples.jsonl"
-    chat_template = ns.chat_template.read_text() if ns.chat_template else None
+            raise CommandError(str(exc)) from exc
+        samples_path = ns.out / SAMPLES
+    chat_template = _read_text(ns.chat_template, "--chat-template") if ns.chat_template else None
     templater = ChatTemplater(
         load_tokenizer(ns.tokenizer), chat_template=chat_template, chat_family=ns.chat_family
     )
-    with samples_path.open(encoding="utf-8") as handle:
-        records = [json.loads(line) for line in handle if line.strip()]
+    from strands_slime.rollout.run_files import SampleLines, SamplesFileError
+
+    if not samples_path.is_file():
+        raise CommandError(f"{samples_path} does not exist")
+    try:
+        records = [record for _number, record in SampleLines(samples_path)]
+    except SamplesFileError as exc:
+        raise CommandError(str(exc)) from exc
     if not records:
-        raise SystemExit(f"error: {samples_path} has no samples")
+        raise CommandError(f"{samples_path} has no samples")
     try:
         report = audit(templater, records)
     except ValueError as exc:
-        raise SystemExit(f"error: {samples_path}: {exc}") from exc
+        raise CommandError(f"{samples_path}: {exc}") from exc
     text = report.render_markdown()
     print(text)
     (ns.out).mkdir(parents=True, exist_ok=True)
@@ -278,7 +388,7 @@ def _configs(name: str | None, path_only: bool) -> int:
             print(folder / entry)
         return 0
     if name not in available:
-        raise SystemExit(f"error: no packaged config {name!r}; there are: {', '.join(available)}")
+        raise CommandError(f"no packaged config {name!r}; there are: {', '.join(available)}")
     if path_only:
         print(folder / name)
     else:
@@ -291,7 +401,7 @@ def _configs(name: str | None, path_only: bool) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``strands-slime`` parser and its subcommands (``serve`` and ``data`` parse their own flags)."""
-    parser = argparse.ArgumentParser(prog="strands-slime", description=__doc__)
+    parser = ArgumentParser(prog="strands-slime", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     defaults = _DefaultsFormatter
     rollout = commands.add_parser(
@@ -299,7 +409,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_rollout_arguments(rollout)
     demo = commands.add_parser(
-        "demo", help="rollout of the bundled problems on an embedded dev server", formatter_class=defaults
+        "demo",
+        help="rollout of the bundled problems on an embedded dev server (--print-paths: where they are)",
+        formatter_class=defaults,
     )
     _add_rollout_arguments(demo, demo=True)
     drift = commands.add_parser("drift", help="audit trajectories for text-pipeline drift")
@@ -354,6 +466,41 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _view(ns: argparse.Namespace) -> int:
+    from strands_slime.viewer import ReportError, write_report
+
+    try:
+        path = write_report(ns.source, ns.output, tokenizer=ns.tokenizer)
+    except (ReportError, OSError) as exc:
+        raise CommandError(str(exc)) from exc
+    print(f"report: {path}")
+    return 0
+
+
+def _run_command(ns: argparse.Namespace) -> int:
+    if ns.command in ("rollout", "demo"):
+        if ns.command == "demo" and ns.print_paths:
+            return _print_paths(ns.print_paths)
+        try:
+            return _rollout(ns, ns.data if ns.command == "rollout" else _bundled(DEMO_DATA))
+        except KeyboardInterrupt:  # before the episodes started: nothing was written
+            print("interrupted before any sample started; nothing was written", file=sys.stderr)
+            return 128 + signal.SIGINT
+        except ModuleNotFoundError as exc:  # --backend hf on a plain install
+            if exc.name != "torch":
+                raise
+            raise CommandError(str(exc)) from exc
+    if ns.command == "configs":
+        return _configs(ns.name, ns.path)
+    if ns.command == "view":
+        return _view(ns)
+    if ns.command == "drift":
+        if ns.template_check is not None:
+            return _template_check(ns)
+        return asyncio.run(_drift(ns))
+    raise CommandError(f"unknown command {ns.command}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """The ``strands-slime`` entry point.
 
@@ -361,57 +508,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv: the arguments after the program name (default: ``sys.argv[1:]``).
 
     Returns:
-        The exit status: 0 ok, 1 too many failed samples (or a failed template check), 2 a usage,
-        data or configuration error shown as one ``error:`` line, ``128 + signal`` when interrupted.
+        The exit status (``strands_slime.usage``): 0 ok, 1 the work failed (too many failed samples,
+        an early stop, a failed template check), 2 a usage, data or configuration error shown as one
+        ``error:`` line, ``128 + signal`` when interrupted.
 
     Raises:
-        SystemExit: argparse's usage errors, and ``view``/``drift``/``configs`` errors (one line).
+        SystemExit: argparse's exits (``--help``: 0; a bad flag: 2, after its one ``error:`` line).
     """
+    from strands_slime.wandb_log import WandbError
+
     argv = list(sys.argv[1:] if argv is None else argv)
     # transformers' "PyTorch was not found" advice: a plain install needs no torch for tokenizers
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
     if argv and argv[0] == "serve":
         from strands_slime.devserver import serve_main
 
-        return serve_main(argv[1:])
+        return serve_main(argv[1:], prog="strands-slime serve")
     if argv and argv[0] == "data":
         from .data_prep.download import main as data_main
 
         return data_main(argv[1:], prog="strands-slime data")
     ns = build_parser().parse_args(argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    if ns.command in ("rollout", "demo"):
-        try:
-            return _rollout(ns, ns.data if ns.command == "rollout" else _bundled(DEMO_DATA))
-        except KeyboardInterrupt:  # before the episodes started: nothing to keep
-            print("interrupted before any sample finished", file=sys.stderr)
-            return 128 + signal.SIGINT
-        except RolloutError as exc:
-            if ns.debug:
-                raise
-            message = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
-            print(f"error: {message} (--debug shows the traceback)", file=sys.stderr)
-            return EXIT_USAGE
-        except ModuleNotFoundError as exc:  # --backend hf on a plain install
-            if exc.name != "torch" or ns.debug:
-                raise
-            print(f"error: {exc}", file=sys.stderr)
-            return EXIT_USAGE
-    if ns.command == "configs":
-        return _configs(ns.name, ns.path)
-    if ns.command == "view":
-        from strands_slime.viewer import ReportError, write_report
-
-        try:
-            print(f"report: {write_report(ns.source, ns.output, tokenizer=ns.tokenizer)}")
-        except (ReportError, OSError) as exc:
-            raise SystemExit(f"error: {exc}") from exc
-        return 0
-    if ns.command == "drift":
-        if ns.template_check is not None:
-            return _template_check(ns)
-        return asyncio.run(_drift(ns))
-    raise SystemExit(f"unknown command {ns.command}")
+    try:
+        return _run_command(ns)
+    except (CommandError, RolloutError, WandbError) as exc:
+        if getattr(ns, "debug", False):
+            raise
+        return usage_error(exc)
 
 
 if __name__ == "__main__":

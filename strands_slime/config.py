@@ -11,6 +11,8 @@ A file may hold the settings at its top level or under a ``strands_slime:`` key.
 
 from __future__ import annotations
 
+import difflib
+import importlib
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -397,10 +399,35 @@ def parse_config(data: Mapping[str, Any] | None, *, source: str = "<dict>") -> R
     try:
         return RolloutConfig.model_validate(data)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in error['loc']) or '<root>'}: {error['msg']}" for error in exc.errors()
-        )
-        raise ConfigError(f"invalid rollout config in {source}: {problems}") from exc
+        problems = "; ".join(_describe(error) for error in exc.errors())
+        hint = ""
+        if "eval" in data and isinstance(data["eval"], Mapping):
+            hint = " (an `eval:` section belongs to slime's --eval-config file, not to this one)"
+        raise ConfigError(f"invalid rollout config in {source}: {problems}{hint}") from exc
+
+
+def _describe(error: Any) -> str:
+    """One validation problem as ``dotted.path: message``, with the closest known key for an unknown one."""
+    loc = tuple(error["loc"])
+    text = f"{'.'.join(str(part) for part in loc) or '<root>'}: {error['msg']}"
+    if error.get("type") == "extra_forbidden" and loc:
+        known = _known_keys(loc[:-1])
+        close = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
+        if close:
+            text += f" (did you mean {close[0]!r}?)"
+    return text
+
+
+def _known_keys(path: tuple[Any, ...]) -> list[str]:
+    """The keys a section of the rollout YAML accepts (the top level for an empty ``path``)."""
+    model: Any = RolloutConfig
+    for part in path:
+        field = model.model_fields.get(str(part)) if isinstance(model, type) else None
+        annotation = field.annotation if field is not None else None
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return []
+        model = annotation
+    return list(model.model_fields)
 
 
 def load_config(path: str | os.PathLike[str]) -> RolloutConfig:
@@ -445,22 +472,92 @@ def get_rollout_config(args: Any = None) -> RolloutConfig:
     return runtime.cached(runtime.configs, key, loader)
 
 
+_EVAL_FUNCTION_KEYS = ("custom_generate_function_path", "custom_rm_path")
+_EVAL_POSITIVE_INTS = ("n_samples_per_eval_prompt", "max_response_len")
+
+
+def check_eval_config(data: Mapping[str, Any], *, source: str = "<dict>") -> str:
+    """Check a slime ``--eval-config`` file as far as it concerns us: its datasets are listed
+    with a name and a path, their function paths import, their counts are positive integers and a
+    ``strands_slime:`` section (if any) is a valid rollout config. slime checks the rest itself.
+
+    Returns:
+        One line naming the datasets checked.
+
+    Raises:
+        ConfigError: the first problem found, with the dataset's name.
+    """
+    section = data.get("eval", data)
+    if not isinstance(section, Mapping):
+        raise ConfigError(f"{source}: `eval` must be a mapping")
+    defaults = section.get("defaults") or {}
+    datasets = section.get("datasets")
+    if isinstance(datasets, Mapping):  # slime also accepts {name: settings}
+        datasets = [{"name": name, **dict(entry or {})} for name, entry in datasets.items()]
+    if not isinstance(defaults, Mapping) or not isinstance(datasets, list) or not datasets:
+        raise ConfigError(f"{source}: `eval.datasets` must list at least one dataset")
+    names = []
+    for entry in datasets:
+        if not isinstance(entry, Mapping) or "name" not in entry or "path" not in entry:
+            raise ConfigError(f"{source}: every eval dataset needs a name and a path, got {entry!r:.200}")
+        merged = {**defaults, **entry}
+        name = entry["name"]
+        for key in _EVAL_POSITIVE_INTS:
+            value = merged.get(key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ConfigError(
+                    f"{source}: dataset {name}: {key} must be a positive integer, got {value!r}"
+                )
+        for key in _EVAL_FUNCTION_KEYS:
+            if merged.get(key):
+                _check_importable(str(merged[key]), f"{source}: dataset {name}: {key}")
+        overrides = merged.get("metadata_overrides")
+        if overrides is not None and not isinstance(overrides, Mapping):
+            raise ConfigError(f"{source}: dataset {name}: metadata_overrides must be a mapping")
+        names.append(str(name))
+    if CONFIG_KEY in data:
+        parse_config({CONFIG_KEY: data[CONFIG_KEY]}, source=source)
+    return f"slime --eval-config with {len(names)} dataset(s): {', '.join(names)}"
+
+
+def _check_importable(dotted: str, where: str) -> None:
+    module_name, _, attribute = dotted.rpartition(".")
+    try:
+        module = importlib.import_module(module_name) if module_name else None
+    except ImportError as exc:
+        raise ConfigError(f"{where}: cannot import {module_name!r} ({exc})") from exc
+    if module is None or not callable(getattr(module, attribute, None)):
+        raise ConfigError(f"{where}: {dotted!r} is not a function")
+
+
+def _is_eval_config(data: Mapping[str, Any]) -> bool:
+    section = data.get("eval")
+    return isinstance(section, Mapping) and "datasets" in section
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m strands_slime.config PATH``: validate a rollout YAML; exit 0 when valid, else 1.
+    """``python -m strands_slime.config PATH``: validate a rollout YAML (or a slime ``--eval-config``
+    that runs our generate and reward); exit 0 when valid, else 1.
 
     Prints one line either way, so a launch script's dry run can stop before any GPU time is spent."""
     import sys
 
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1 or args[0] in ("-h", "--help"):
-        print("usage: python -m strands_slime.config PATH  (validates a strands_slime rollout YAML)")
+        print(
+            "usage: python -m strands_slime.config PATH  "
+            "(validates a strands_slime rollout YAML or a slime --eval-config)"
+        )
         return 0 if args and args[0] in ("-h", "--help") else 1
     try:
-        load_config(args[0])
+        data = _load_yaml(args[0])
+        what = check_eval_config(data, source=args[0]) if _is_eval_config(data) else None
+        if what is None:
+            parse_config(data, source=args[0])
     except ConfigError as exc:
         print(f"strands_slime config error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 1
-    print(f"strands_slime config OK: {args[0]}")
+    print(f"strands_slime config OK: {args[0]}" + (f" ({what})" if what else ""))
     return 0
 
 

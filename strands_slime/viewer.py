@@ -7,6 +7,10 @@ status, reward, lengths, tool calls, per-turn latency) is plain JSON read at loa
 by the browser (``DecompressionStream``) only when one of their samples is opened, so 10,000
 samples open at once. Token text comes from a table of the ids that occur, decoded once here with
 the tokenizer; without a tokenizer the page shows the ids.
+
+Failures are first-class: each row carries its failure reason, the run page counts failures by reason
+and its accuracy is over every sample (a failed one counts as wrong, as in the summary); the list is
+searchable (prompt, label, prediction, reason, final answer) and sortable, in sample order.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import base64
 import gzip
 import itertools
 import json
+import logging
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from importlib import resources
@@ -22,14 +27,23 @@ from pathlib import Path
 from typing import Any
 
 from strands_slime.episode_metadata import EpisodeMetadata
+from strands_slime.rollout.run_files import SampleLines, SamplesFileError
+from strands_slime.rollout.run_summary import sample_overview
 
 TEMPLATE = "viewer.html"
 DATA_MARKER = "/*__REPORT_DATA__*/"
 CHUNK_SIZE = 200
 """Samples per compressed chunk: opening one sample inflates only its chunk."""
 
-KIND_PROMPT, KIND_MODEL, KIND_TOOL = 0, 1, 2
-"""Token classes: the first prompt, model output (loss mask 1), later non-model text (mask 0)."""
+KIND_PROMPT, KIND_MODEL, KIND_TOOL, KIND_PLACEHOLDER = 0, 1, 2, 3
+"""Token classes: the first prompt, model output (loss mask 1), later non-model text (mask 0), and the
+untrained token that stands for the response of a failed or aborted sample that produced none."""
+PROMPT_CHARS = 1000
+"""Prompt text per list row (shown cut in the list, searched in full up to this)."""
+FINAL_TEXT_CHARS = 300
+"""The end of the final answer text per row, for search (where the answer is)."""
+
+logger = logging.getLogger(__name__)
 
 
 class ReportError(ValueError):
@@ -59,26 +73,29 @@ def find_samples(source: Path) -> tuple[Path, dict[str, Any] | None]:
 
 def iter_samples(path: Path) -> Iterator[dict[str, Any]]:
     """The records of a ``samples.jsonl``, one at a time (10,000 samples never sit in memory as JSON).
+    A torn last line (a run killed mid-write; ``--resume`` drops it too) is skipped with a note.
 
     Raises:
         ReportError: a line is not JSON or not a sample record (the line's number is named).
     """
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ReportError(f"{path}:{number}: not JSON ({exc})") from exc
-            if not isinstance(record, dict) or not isinstance(record.get("tokens"), list):
+    lines = SampleLines(path)
+    try:
+        for number, record in lines:
+            if not isinstance(record.get("tokens"), list):
                 raise ReportError(f"{path}:{number}: not a sample record (no 'tokens' list)")
             yield record
+    except SamplesFileError as exc:
+        raise ReportError(str(exc)) from exc
+    if lines.torn:
+        logger.warning(
+            "note: the last line of %s was cut short (a killed run?) and is not in the report", path
+        )
 
 
 def token_classes(record: Mapping[str, Any]) -> tuple[list[int], int]:
     """Run-length token classes over all of ``tokens`` as ``[kind, length, kind, length, ...]``,
-    and the prompt length. ``loss_mask`` covers the response (slime's layout).
+    and the prompt length. ``loss_mask`` covers the response (slime's layout). A failed or aborted
+    sample without a model token has only the placeholder slime needs as its response.
 
     Raises:
         ReportError: ``loss_mask``, ``response_length`` and ``tokens`` disagree on the lengths.
@@ -97,6 +114,9 @@ def token_classes(record: Mapping[str, Any]) -> tuple[list[int], int]:
     runs: list[int] = []
     if prompt_length:
         runs += [KIND_PROMPT, prompt_length]
+    ended_early = record.get("status") in ("failed", "aborted") or bool(record.get("remove_sample"))
+    if ended_early and response_length and not any(mask):
+        return [*runs, KIND_PLACEHOLDER, response_length], prompt_length
     for value in mask:
         kind = KIND_MODEL if value else KIND_TOOL
         if runs and runs[-2] == kind:
@@ -157,8 +177,8 @@ def _count(record: Mapping[str, Any], name: str, value: Any) -> int:
 def _row(
     position: int, record: Mapping[str, Any], runs: Sequence[int], episode: EpisodeMetadata
 ) -> dict[str, Any]:
-    """The list row of one sample: the few numbers the page filters, sorts and plots without inflating."""
-    details = episode.reward_details
+    """The list row of one sample: what the page filters, searches, sorts and plots without inflating."""
+    overview = sample_overview(record)
     model_tokens = sum(runs[i + 1] for i in range(0, len(runs), 2) if runs[i] == KIND_MODEL)
     latencies = episode.turn_seconds or []
     if not isinstance(latencies, list):
@@ -167,16 +187,20 @@ def _row(
         "p": position,
         "i": record.get("index", position),
         "g": record.get("group_index"),
-        "s": str(record.get("status") or "unknown"),
+        "s": overview["status"],
         "r": _number(record.get("reward")),
+        "c": overview["correct"],
         "n": len(record["tokens"]),
         "m": model_tokens,
         "tc": _count(record, "tool_calls", episode.tool_calls),
         "t": _count(record, "turns", episode.turns),
         "f": episode.finish_reason,
         "lat": [round(_metadata_number(record, "turn_seconds", x), 4) for x in latencies],
-        "l": record.get("label"),
-        "pr": details.get("pred") if isinstance(details, Mapping) else None,
+        "l": overview["label"],
+        "pr": overview["prediction"],
+        "x": overview["failure"],
+        "pt": overview["prompt"][:PROMPT_CHARS],
+        "ft": overview["final_text"][-FINAL_TEXT_CHARS:],
         "rm": bool(record.get("remove_sample")),
     }
 

@@ -1,12 +1,16 @@
-"""strands-slime rollout/demo: same code path as slime, written results and summary."""
+"""strands-slime rollout/demo: same code path as slime, written results and summary; failures shown
+while they happen, nothing overwritten, one error line per usage error."""
 
 from __future__ import annotations
 
 import json
+import os
+import re
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -14,14 +18,17 @@ from typing import Any
 import pytest
 from waiting import wait_until_sync
 
-from strands_slime.cli import RolloutOptions, main, run_rollout
+from strands_slime.cli import RolloutError, RolloutOptions, main, run_rollout
 from strands_slime.devserver import DevServerThread
+from strands_slime.wandb_log import TABLE_COLUMNS
 
 pytestmark = pytest.mark.integration
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "strands_slime" / "data"
 DEMO = DATA_DIR / "demo_problems.jsonl"
 SCRIPT = DATA_DIR / "demo_script.json"
+FAST_RETRIES = "strands_slime:\n  client:\n    retry_delay_s: 0.05\n    max_retry_delay_s: 0.1\n"
+NO_RETRIES = "strands_slime:\n  client:\n    max_retries: 0\n"
 
 
 async def test_rollout_on_the_demo_problems(tmp_path: Path) -> None:
@@ -67,16 +74,24 @@ def test_demo_command_end_to_end(tmp_path: Path) -> None:
         timeout=240,
     )
     assert result.returncode == 0, result.stderr[-2000:]
-    # --quiet: no progress bar, no summary; only the path of the HTML report
-    assert result.stdout == f"report: {tmp_path / 'report.html'}\n"
+    # --quiet: nothing at all (no progress bar, no summary, no warnings); the report is still written
+    assert (result.stdout, result.stderr) == ("", "")
     assert json.loads((tmp_path / "summary.json").read_text())["samples"] == 2
+    assert (tmp_path / "report.html").is_file()
 
 
 def _error_line(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
-    """Run the CLI in-process; it must exit 2 with exactly one ``error:`` line on stderr."""
-    assert main(argv) == 2
-    err = capsys.readouterr().err.strip()
+    """Run the CLI in-process; it must exit 2 with exactly one ``error:`` line on stderr (argparse's
+    usage errors included) and nothing on stdout."""
+    try:
+        code = main(argv)
+    except SystemExit as exc:
+        code = exc.code
+    assert code == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip()
     assert err.startswith("error: ") and "\n" not in err and "Traceback" not in err, err
+    assert captured.out == ""
     return err
 
 
@@ -112,6 +127,7 @@ def test_data_config_and_tokenizer_errors_are_one_line(
     assert f"cannot load the tokenizer '{not_a_tokenizer}' from --tokenizer" in message
     with pytest.raises(Exception, match="not JSON"):  # --debug: the real exception and traceback
         main(["rollout", "--data", str(bad), "--debug", *out])
+    assert not (tmp_path / "run").exists(), "a run that did not start leaves no --out folder"
 
 
 @pytest.mark.unit
@@ -169,24 +185,308 @@ def test_parquet_data_and_the_servers_tokenizer(tmp_path: Path, capsys: pytest.C
     assert summary["versions"]["strands-agents"] and summary["versions"]["python"]
 
 
-def test_a_run_where_samples_fail_exits_nonzero_with_the_reasons(
+def test_a_run_where_samples_fail_exits_nonzero_with_one_line_per_reason(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     config = tmp_path / "config.yaml"
-    config.write_text("strands_slime:\n  client:\n    max_retries: 0\n")
+    config.write_text(NO_RETRIES)
     with DevServerThread("scripted", script=SCRIPT) as server:
         server.inject_fault(status=500, count=1000, message="engine on fire")
         argv = ["rollout", "--data", str(DEMO), "--base-url", server.url, "--config", str(config)]
         code = main([*argv, "--out", str(tmp_path / "r")])
         captured = capsys.readouterr()
         assert code == 1
-        assert "failed: 5 of 5 (100.0%); top reasons:" in captured.out and "engine on fire" in captured.out
-        assert "more than --max-failure-rate 0.1" in captured.err
+        assert "failed: 5 of 5 samples (100.0%), 1 reason:" in captured.out
+        (reason_line,) = [line for line in captured.out.splitlines() if "engine on fire" in line]
+        assert reason_line.lstrip().startswith("5  SGLangHTTPError: HTTP 500")
+        assert f"details: {tmp_path / 'r' / 'rollout.log'}" in captured.out
+        # every sample failed: accuracy 0, not the accuracy of the ones that finished
+        assert (
+            "accuracy: 0.000 (failed samples count as wrong; – over the 0 that did not fail)" in captured.out
+        )
+        (error,) = _lines_besides_the_progress_bar(captured.err)
+        assert error.startswith("error: 100.0% of the samples failed (more than --max-failure-rate 0.1")
+        assert error.endswith("--resume runs the failed samples again")
         assert main([*argv, "--max-failure-rate", "1", "--quiet", "--out", str(tmp_path / "q")]) == 0
-        # --quiet: no summary either, only the report's path
-        assert capsys.readouterr().out == f"report: {tmp_path / 'q' / 'report.html'}\n"
+        assert capsys.readouterr() == ("", "")  # --quiet: nothing at all
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
     assert summary["failures"]["failed"] == 5 and summary["failures"]["top_reasons"][0]["count"] == 5
+    assert summary["evaluation"]["accuracy"] == 0.0 and summary["evaluation"]["status/failed"] == 5
+    log = (tmp_path / "r" / "rollout.log").read_text()
+    assert log.count("episode failed: SGLangHTTPError: HTTP 500") == 5, "the details are in the log"
+
+
+def _lines_besides_the_progress_bar(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.strip() and not line.startswith("rollout:")]
+
+
+def test_an_unhealthy_server_is_shown_while_it_lasts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(FAST_RETRIES)
+    out = tmp_path / "r"
+    with DevServerThread("scripted", script=SCRIPT) as server:
+        server.inject_fault(status=500, count=6, message="engine on fire")
+        argv = ["rollout", "--data", str(DEMO), "--base-url", server.url, "--config", str(config)]
+        assert main([*argv, "--limit", "2", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    unhealthy = re.search(
+        r"server unhealthy since \d\d:\d\d:\d\d: \d requests? retrying \(retry 1 of 60\): "
+        r"HTTP 500 from \S+/generate: .*engine on fire",
+        err,
+    )
+    assert unhealthy, err
+    assert re.search(r"server recovered after \d+ s", err[unhealthy.end() :]), err
+    log = (out / "rollout.log").read_text()
+    assert "server unhealthy since" in log and "server recovered after" in log
+    assert json.loads((out / "summary.json").read_text())["failures"]["failed"] == 0
+
+
+def test_a_server_that_fails_everything_stops_the_run_and_resume_runs_the_failed_samples(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(NO_RETRIES)
+    out = tmp_path / "r"
+    samples = out / "samples.jsonl"
+    with DevServerThread("scripted", script=SCRIPT) as server:
+        server.inject_fault(status=500, count=10_000, message="engine on fire")
+        argv = ["rollout", "--data", str(DEMO), "--base-url", server.url, "--config", str(config)]
+        argv += ["--n-samples", "2", "--concurrency", "3", "--out", str(out)]
+        assert main(argv) == 1
+        err = capsys.readouterr().err
+        failed = [json.loads(line) for line in samples.read_text().splitlines()]
+        assert 3 <= len(failed) < 10 and {r["status"] for r in failed} == {"failed"}
+        error = _lines_besides_the_progress_bar(err)[-1]
+        assert error.startswith(
+            "error: stopped early: the last 3 samples all failed (latest: SGLangHTTPError"
+        )
+        assert f"{len(failed)} of 10 samples are saved in {samples}" in error
+        assert error.endswith(
+            "once the server is healthy, --resume runs the rest and the failed samples again"
+        )
+        assert f"failed: {len(failed)} of {len(failed)} samples (100.0%), 1 reason:" in err
+        summary = json.loads((out / "summary.json").read_text())
+        assert summary["stopped"].startswith("the last 3 samples all failed") and summary["samples"] == len(
+            failed
+        )
+        assert (out / "report.html").is_file()
+
+        server.call(server.server.clear_faults)  # type: ignore[union-attr]
+        assert main([*argv, "--resume", "--quiet"]) == 0
+    records = [json.loads(line) for line in samples.read_text().splitlines()]
+    assert sorted((r["group_index"], r["sample_index"]) for r in records) == [
+        (g, k) for g in range(5) for k in range(2)
+    ]
+    assert {r["status"] for r in records} == {"completed"}, "the failed samples ran again"
+    earlier = [json.loads(line) for line in (out / "failed_attempts.jsonl").read_text().splitlines()]
+    assert earlier == failed, "their failed attempts are kept, not overwritten"
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["samples"] == 10 and summary["failures"]["failed"] == 0 and summary["stopped"] is None
+
+
+def test_a_server_failing_every_request_for_unhealthy_timeout_stops_the_run_and_leaves_no_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(FAST_RETRIES)
+    out = tmp_path / "runs" / "r"
+    with DevServerThread("scripted", script=SCRIPT) as server:
+        server.inject_fault(status=503, count=100_000, message="warming up")
+        argv = ["rollout", "--data", str(DEMO), "--base-url", server.url, "--config", str(config)]
+        assert main([*argv, "--unhealthy-timeout", "1", "--out", str(out)]) == 1
+    error = _lines_besides_the_progress_bar(capsys.readouterr().err)[-1]
+    assert re.fullmatch(
+        rf"error: stopped early: the server {re.escape(server.url)} failed every request for \d+ s "
+        r"\(--unhealthy-timeout 1; latest: HTTP 503 .*warming up.*\); no sample finished, nothing was saved; "
+        r"once the server is healthy, run it again",
+        error,
+    ), error
+    assert not (tmp_path / "runs").exists(), "a run that saved nothing leaves no folder"
+
+
+def test_results_are_never_overwritten_unasked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "r"
+    samples = out / "samples.jsonl"
+    argv = ["rollout", "--data", str(DEMO), "--limit", "1", "--out", str(out)]
+    assert main([*argv, "--quiet"]) == 0
+    before = samples.read_bytes()
+    message = _error_line(capsys, argv)
+    assert message == (
+        f"error: {out} already holds 1 sample of an earlier run: --resume continues it (and runs its failed "
+        "samples again), --overwrite deletes them and starts over, or pick another --out"
+    )
+    assert samples.read_bytes() == before
+    assert "not allowed with argument" in _error_line(capsys, [*argv, "--resume", "--overwrite"])
+    (out / "notes.txt").write_text("mine")
+    assert (
+        main(["rollout", "--data", str(DEMO), "--limit", "2", "--out", str(out), "--overwrite", "--quiet"])
+        == 0
+    )
+    records = [json.loads(line) for line in samples.read_text().splitlines()]
+    assert len(records) == 2 and json.loads(before)["session_id"] not in {r["session_id"] for r in records}
+    assert (out / "notes.txt").read_text() == "mine", "--overwrite deletes the run's files only"
+
+
+def test_a_bad_out_is_one_line_before_any_server_or_tokenizer(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    # a dead server and a missing tokenizer: --out is checked first, so neither is what is reported
+    later = ["--base-url", "http://127.0.0.1:9", "--tokenizer", str(tmp_path / "no-tokenizer")]
+    argv = ["rollout", "--data", str(DEMO), *later]
+    cases = [
+        (a_file, f"error: --out {a_file} is a file, not a directory"),
+        (a_file / "sub", f"error: --out {a_file / 'sub'} cannot be created: {a_file} is a file"),
+        (Path("/sys"), "error: --out /sys is not writable: cannot create files in it (Permission denied)"),
+        (
+            Path("/sys/strands-slime"),
+            "error: --out /sys/strands-slime is not writable: cannot create files in /sys",
+        ),
+    ]
+    for out, message in cases:
+        started = time.monotonic()
+        assert _error_line(capsys, [*argv, "--out", str(out)]).startswith(message)
+        assert time.monotonic() - started < 2, "found before anything slow"
+
+
+def test_failed_runs_leave_no_out_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "runs" / "r"
+    assert "is unreachable" in _error_line(
+        capsys, ["rollout", "--data", str(DEMO), "--base-url", "http://127.0.0.1:9", "--out", str(out)]
+    )
+    assert "does not exist" in _error_line(
+        capsys, ["rollout", "--data", str(DEMO), "--tokenizer", str(tmp_path / "none"), "--out", str(out)]
+    )
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["rollout"],
+        ["rollout", "--data", str(DEMO), "--n-samples", "x"],
+        ["demo", "--print-paths", "nothing"],
+        ["view", "/nonexistent/run"],
+        ["drift", "--samples", "/nonexistent/samples.jsonl", "--tokenizer", "qwen3"],
+        ["configs", "nope.yaml"],
+        ["serve", "--port", "-1"],
+        ["serve", "--backend", "scripted", "--script", "/nonexistent/script.json", "--port", "0"],
+        ["data", "--dataset", "gsm8k"],
+        ["no-such-command"],
+    ],
+    ids=lambda argv: " ".join(argv[:2]),
+)
+def test_every_command_reports_a_usage_error_as_one_line_and_status_2(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    _error_line(capsys, argv)
+
+
+def test_demo_prints_where_its_files_are(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--print-paths"]) == 0
+    listed = {line.split()[0]: Path(line.split()[1]) for line in capsys.readouterr().out.splitlines()}
+    assert listed == {
+        "problems": DEMO,
+        "script": SCRIPT,
+        "config": DATA_DIR.parent / "configs" / "strands_math.yaml",
+        "eval-config": DATA_DIR.parent / "configs" / "eval_aime.yaml",
+    }
+    assert all(path.is_file() for path in listed.values())
+    assert main(["demo", "--print-paths", "script"]) == 0
+    assert capsys.readouterr().out == f"{SCRIPT}\n"
+
+
+def test_wandb_is_checked_before_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "wandb", None)  # what an install without the extra looks like
+    out = tmp_path / "r"
+    argv = ["rollout", "--data", str(DEMO), "--base-url", "http://127.0.0.1:9", "--out", str(out), "--wandb"]
+    assert _error_line(capsys, argv) == "error: --wandb needs wandb: pip install 'strands-slime[wandb]'"
+    assert not out.exists()
+
+
+class _LiveStderr:
+    """A CLI subprocess whose stderr is read as it is written (the progress bar writes no newlines)."""
+
+    def __init__(self, argv: list[str]) -> None:
+        self.process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.chunks: list[bytes] = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stderr is not None
+        while chunk := os.read(self.process.stderr.fileno(), 65536):
+            self.chunks.append(chunk)
+
+    @property
+    def text(self) -> str:
+        return b"".join(self.chunks).decode(errors="replace")
+
+    def finish(self, timeout: float) -> int:
+        code = self.process.wait(timeout=timeout)
+        self.reader.join(timeout=10)
+        return code
+
+
+@pytest.mark.slow  # a subprocess that watches its server fail and recover: 8-15 s
+def test_the_unhealthy_server_line_shows_while_the_run_waits_and_quiet_shows_nothing(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("strands_slime:\n  client:\n    retry_delay_s: 0.2\n    max_retry_delay_s: 0.5\n")
+    with DevServerThread("scripted", script=SCRIPT) as server:
+        server.inject_fault(status=503, count=100_000, message="warming up")
+        argv = [sys.executable, "-m", "strands_slime.cli", "rollout", "--data", str(DEMO)]
+        argv += ["--base-url", server.url, "--config", str(config)]
+        run = _LiveStderr([*argv, "--limit", "2", "--out", str(tmp_path / "r")])
+        try:
+            wait_until_sync(
+                lambda: "server unhealthy since" in run.text, timeout=120, what="the unhealthy line"
+            )
+            assert run.process.poll() is None, "shown while the run waits, not at its end"
+            assert re.search(r"\d requests? retrying \(retry \d+ of 60\): HTTP 503 .*warming up", run.text)
+            server.call(server.server.clear_faults)  # type: ignore[union-attr]
+            assert run.finish(timeout=120) == 0, run.text[-3000:]
+        finally:
+            run.process.kill()
+        assert re.search(r"server recovered after \d+ s", run.text.split("server unhealthy since", 1)[1])
+        assert "WARNING" not in run.text and "Traceback" not in run.text
+
+        # --quiet with an episode that fails after a tool round (its first reply passes, the second is
+        # a 500), which Strands reports too: nothing on the terminal, the details in the log
+        server.inject_fault(delay_s=0.01, count=1)
+        server.inject_fault(status=500, count=1, message="engine on fire")
+        config.write_text(NO_RETRIES)
+        quiet = subprocess.run(
+            [*argv, "--limit", "1", "--out", str(tmp_path / "q"), "--quiet", "--max-failure-rate", "1"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    assert (quiet.returncode, quiet.stdout, quiet.stderr) == (0, "", "")
+    log = (tmp_path / "q" / "rollout.log").read_text()
+    assert log.count("episode failed: SGLangHTTPError: HTTP 500") == 1 and "event loop cycle failed" in log
+
+
+@pytest.mark.slow  # a worker process starts: 5-10 s
+def test_quiet_stays_quiet_with_executor_workers_their_warnings_go_to_the_log(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(NO_RETRIES + "  executor:\n    workers: 1\n    oversubscribe: true\n")
+    with DevServerThread("scripted", script=SCRIPT) as server:
+        server.inject_fault(status=500, count=1, message="engine on fire")
+        argv = [sys.executable, "-m", "strands_slime.cli", "rollout", "--data", str(DEMO), "--limit", "2"]
+        argv += ["--base-url", server.url, "--config", str(config), "--out", str(tmp_path / "r")]
+        done = subprocess.run(
+            [*argv, "--quiet", "--max-failure-rate", "1"], capture_output=True, text=True, timeout=300
+        )
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+    log = (tmp_path / "r" / "rollout.log").read_text()
+    assert re.search(
+        r"strands_slime executor worker \d+ WARNING .*episode failed: SGLangHTTPError: HTTP 500", log
+    )
 
 
 def _wait_for_lines(path: Path, count: int, deadline_s: float) -> None:
@@ -199,24 +499,42 @@ def _wait_for_lines(path: Path, count: int, deadline_s: float) -> None:
 
 @pytest.mark.slow  # 57 s
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_interrupt_keeps_finished_samples_and_resume_runs_the_rest(tmp_path: Path, signum: int) -> None:
+def test_interrupt_keeps_finished_samples_and_resume_runs_the_rest(
+    tmp_path: Path, signum: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline")
     samples = tmp_path / "samples.jsonl"
     with DevServerThread("scripted", script=SCRIPT, latency=0.3) as server:
         argv = [sys.executable, "-m", "strands_slime.cli", "rollout", "--data", str(DEMO), "--quiet"]
         argv += ["--base-url", server.url, "--n-samples", "4", "--concurrency", "2", "--out", str(tmp_path)]
-        process = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
+        process = subprocess.Popen(
+            [*argv, "--wandb"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
         try:
             _wait_for_lines(samples, 2, deadline_s=120)
             process.send_signal(signum)
-            _, stderr = process.communicate(timeout=20)
+            stdout, stderr = process.communicate(timeout=60)
         finally:
             process.kill()
         assert process.returncode == 128 + signum, stderr
         kept = [json.loads(line) for line in samples.read_text().splitlines()]
         assert 2 <= len(kept) < 20
-        assert f"samples finished and saved in {samples} (--resume runs the rest)" in stderr.splitlines()[-1]
+        assert stdout == "" and stderr.strip().splitlines() == [
+            f"interrupted by {signal.Signals(signum).name}: {len(kept)} of 20 samples are saved in {samples}; "
+            "--resume runs the rest"
+        ]
         summary = json.loads((tmp_path / "summary.json").read_text())
         assert summary["interrupted"] == signal.Signals(signum).name and summary["samples"] == len(kept)
+        assert len(_report_rows(tmp_path / "report.html")) == len(kept), "the report covers what finished"
+        # the interrupted run is in W&B too, as a run that did not exit 0
+        [run_file] = tmp_path.glob("wandb/offline-run-*/run-*.wandb")
+        exits = [
+            r.exit.exit_code
+            for r in _finished_wandb_records(run_file)
+            if r.WhichOneof("record_type") == "exit"
+        ]
+        assert exits == [128 + signum]
 
         server.clear_request_log()
         resumed = subprocess.run([*argv, "--resume"], capture_output=True, text=True, timeout=300)
@@ -225,7 +543,16 @@ def test_interrupt_keeps_finished_samples_and_resume_runs_the_rest(tmp_path: Pat
     keys = [(r["group_index"], r["sample_index"]) for r in records]
     assert sorted(keys) == [(g, k) for g in range(5) for k in range(4)]  # each exactly once
     assert records[: len(kept)] == kept  # the finished samples were kept as they were
-    assert json.loads((tmp_path / "summary.json").read_text())["samples"] == 20
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["samples"] == 20 and summary["throughput"]["samples_this_run"] == 20 - len(kept)
+
+
+def _report_rows(path: Path) -> list[dict[str, Any]]:
+    match = re.search(
+        r'<script type="application/json" id="report-data">(.*?)</script>', path.read_text(), re.S
+    )
+    assert match, "the report embeds its data"
+    return json.loads(match.group(1))["rows"]
 
 
 def test_resume_refuses_another_dataset(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -235,7 +562,8 @@ def test_resume_refuses_another_dataset(tmp_path: Path, capsys: pytest.CaptureFi
     argv = ["rollout", "--data", str(DEMO), "--resume", "--out", str(tmp_path)]
     assert "holds other prompts than" in _error_line(capsys, argv)
     (tmp_path / "samples.jsonl").write_text('{"group_index": 0, "sampl\n{"group_index": 1}\n')
-    assert "samples.jsonl:1: not JSON; cannot resume from it" in _error_line(capsys, argv)
+    error = _error_line(capsys, argv)
+    assert "samples.jsonl:1: not JSON" in error and error.endswith("; cannot resume from it")
     (tmp_path / "samples.jsonl").write_text('{"tokens": [1]}\n')
     assert "samples.jsonl:1: not a strands-slime sample" in _error_line(capsys, argv)
     (tmp_path / "samples.jsonl").write_text('{"group_index": 0, "sample_index": 0, "metadata": [1]}\n')
@@ -248,16 +576,28 @@ def test_help_shows_defaults(capsys: pytest.CaptureFixture[str]) -> None:
         main(["rollout", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "(default: 0.1)" in text and "(default: 32)" in text and "(default: 4096)" in text
+    assert "(default: 300.0)" in text, "--unhealthy-timeout"
     assert "(default: None)" not in text and "(default: False)" not in text
 
 
-def test_serve_delegates_to_the_dev_server(capsys: pytest.CaptureFixture[str]) -> None:
-    try:
-        code = main(["serve", "--help"])
-    except SystemExit as exc:
-        code = exc.code
-    assert code == 0
-    assert "--backend" in capsys.readouterr().out
+def test_serve_delegates_to_the_dev_server_under_its_own_name(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["serve", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: strands-slime serve ") and "--backend" in out
+
+
+def _finished_wandb_records(run_file: Path) -> list[Any]:
+    """The records of a finished W&B run: W&B's service process may still be writing the file when
+    ``finish()`` returns, and it writes the ``exit`` record last."""
+    return wait_until_sync(
+        lambda: (
+            (records := _wandb_records(run_file))
+            and records[-1].WhichOneof("record_type") == "exit"
+            and records
+        ),
+        timeout=60,
+        what=f"the exit record in {run_file}",
+    )
 
 
 def _wandb_records(run_file: Path) -> list[Any]:
@@ -286,26 +626,36 @@ def _wandb_records(run_file: Path) -> list[Any]:
 
 
 @pytest.mark.slow  # 7 s at load 7
-async def test_wandb_offline_logs_zeros_and_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_wandb_offline_logs_zeros_and_settings(  # and a table of the samples, and the report
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     pytest.importorskip("wandb")
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
-    options = RolloutOptions(data=DEMO, out=tmp_path, limit=1, quiet=True, wandb=True, temperature=0.7)
-    await run_rollout(options)
+    argv = ["rollout", "--data", str(DEMO), "--limit", "2", "--temperature", "0.7", "--out", str(tmp_path)]
+    assert main([*argv, "--quiet", "--wandb"]) == 0
     [run_file] = tmp_path.glob("wandb/offline-run-*/run-*.wandb")
-    records = _wandb_records(run_file)
+    records = _finished_wandb_records(run_file)
     history: dict[str, Any] = {}
     config: dict[str, Any] = {}
+    artifacts = []
     for record in records:
-        if record.WhichOneof("record_type") == "history":
+        kind = record.WhichOneof("record_type")
+        if kind == "history":
             history.update(
                 {
                     item.key or "/".join(item.nested_key): json.loads(item.value_json)
                     for item in record.history.item
                 }
             )
-        if record.WhichOneof("record_type") == "run":  # the config travels with the run record
+        if kind == "run":  # the config travels with the run record ...
             config.update({item.key: json.loads(item.value_json) for item in record.run.config.update})
+        if kind == "config":  # ... and with later updates
+            config.update({item.key: json.loads(item.value_json) for item in record.config.update})
+        if kind == "artifact":
+            artifacts.append(record.artifact)
+        if kind == "exit":
+            assert record.exit.exit_code == 0
     assert history["evaluation/accuracy"] == 1.0
     for zero in (
         "agent/status/failed",
@@ -316,9 +666,27 @@ async def test_wandb_offline_logs_zeros_and_settings(tmp_path: Path, monkeypatch
         assert history[zero] == 0.0, zero
     assert config["sampling_params"]["temperature"] == 0.7
     assert config["versions"]["strands-slime"] and config["rollout_config"]["max_tool_iters"] == 5
+    # one table row per sample, with what a person scans them by
+    assert history["samples/_type"] == "table-file" and history["samples/nrows"] == 2
+    [table_file] = tmp_path.glob("wandb/offline-run-*/files/media/table/samples_*.table.json")
+    table = json.loads(table_file.read_text())
+    assert table["columns"] == list(TABLE_COLUMNS)
+    label = TABLE_COLUMNS.index("label")
+    assert sorted(row[label] for row in table["data"]) == sorted(
+        json.loads(line)["label"] for line in (tmp_path / "samples.jsonl").read_text().splitlines()
+    )
+    # the HTML report and the summary as an artifact
+    [artifact] = [artifact for artifact in artifacts if artifact.type == "rollout-report"]
+    assert {entry.path for entry in artifact.manifest.contents} == {
+        "report.html",
+        "summary.json",
+        "summary.md",
+    }
 
 
-async def test_resume_drops_a_torn_last_line_and_counts_only_the_planned_samples(tmp_path: Path) -> None:
+async def test_resume_drops_a_torn_last_line_counts_its_own_throughput_and_refuses_a_smaller_plan(
+    tmp_path: Path,
+) -> None:
     await run_rollout(RolloutOptions(data=DEMO, out=tmp_path, limit=2, quiet=True))
     samples = tmp_path / "samples.jsonl"
     first = samples.read_text().splitlines()
@@ -328,7 +696,20 @@ async def test_resume_drops_a_torn_last_line_and_counts_only_the_planned_samples
     lines = samples.read_text().splitlines()
     assert lines[:2] == first and len(lines) == 3
     assert sorted(json.loads(line)["group_index"] for line in lines) == [0, 1, 2]
+    throughput = summary["throughput"]
+    assert summary["samples"] == 3 and throughput["samples_this_run"] == 1
+    # this run's one sample over this run's time (it was all 3 samples: 20,659 samples/s); the wall
+    # seconds are rounded to 1 ms, hence the tolerance
+    assert throughput["samples_per_second"] == pytest.approx(1 / throughput["wall_seconds"], rel=0.05)
     with samples.open("a") as handle:
         handle.write(lines[0])  # a complete record without its newline is torn too
-    smaller = await run_rollout(RolloutOptions(data=DEMO, out=tmp_path, limit=1, resume=True, quiet=True))
-    assert summary["samples"] == 3 and smaller["samples"] == 1 and len(samples.read_text().splitlines()) == 3
+    # the file holds 3 prompts; a summary of 1 would disagree with it
+    with pytest.raises(
+        RolloutError, match=r"holds sample 0 of prompt 1, outside this run's 1 prompts x 1 samples"
+    ):
+        await run_rollout(RolloutOptions(data=DEMO, out=tmp_path, limit=1, resume=True, quiet=True))
+    assert samples.read_text().endswith(lines[0]), "a refused resume changes nothing"
+    grown = await run_rollout(
+        RolloutOptions(data=DEMO, out=tmp_path, limit=3, n_samples=2, resume=True, quiet=True)
+    )
+    assert grown["samples"] == 6 and len(samples.read_text().splitlines()) == 6

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import gc
 import json
+import logging
 import threading
 import time
 import warnings
@@ -20,6 +21,7 @@ from waiting import wait_until
 
 from strands_slime.provider.client import (
     GenerateResponse,
+    RetryEvent,
     SGLangAbortedError,
     SGLangBadRequestError,
     SGLangClient,
@@ -29,6 +31,7 @@ from strands_slime.provider.client import (
     SGLangHTTPError,
     SGLangThrottledError,
     SGLangTimeoutError,
+    retry_logger,
 )
 
 pytestmark = pytest.mark.unit
@@ -220,6 +223,72 @@ async def test_retries_exhausted_raise_typed_error(fault_server: FaultServer) ->
         with pytest.raises(SGLangThrottledError) as info:
             await client.generate([1], {})
     assert info.value.attempts == 3 and "503" in str(info.value)
+
+
+class _RetryEvents(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.events: list[RetryEvent] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.events.append(record.retry_event)  # type: ignore[attr-defined]
+
+
+@contextlib.contextmanager
+def _retry_events() -> Any:
+    handler = _RetryEvents()
+    level = retry_logger.level
+    retry_logger.setLevel(logging.DEBUG)
+    retry_logger.addHandler(handler)
+    try:
+        yield handler.events
+    finally:
+        retry_logger.removeHandler(handler)
+        retry_logger.setLevel(level)
+
+
+async def test_each_retry_and_how_the_retries_ended_are_reported(fault_server: FaultServer) -> None:
+    """What a progress display needs for a live line about an unhealthy server (and nothing when the
+    first attempt succeeds)."""
+    async with make_client(fault_server.url, max_retries=3) as client:
+        with _retry_events() as events:
+            await client.generate([1], {})
+            assert events == []
+            fault_server.behaviours = [status(500, {"message": "engine on fire"})] * 2
+            await client.generate([1], {})
+            fault_server.behaviours = [status(503, {"message": "busy"})] * 10
+            with pytest.raises(SGLangThrottledError):
+                await client.generate([1], {})
+            fault_server.behaviours = [status(500, {"message": "x"}), status(404, {"message": "gone"})]
+            with pytest.raises(SGLangBadRequestError):
+                await client.generate([1], {})
+    steps = [(e.outcome, e.attempt, e.max_attempts) for e in events]
+    assert steps == [
+        ("retrying", 1, 4),
+        ("retrying", 2, 4),
+        ("recovered", 3, 4),
+        ("retrying", 1, 4),
+        ("retrying", 2, 4),
+        ("retrying", 3, 4),
+        ("gave_up", 4, 4),
+        ("retrying", 1, 4),
+        ("gave_up", 2, 4),  # an error that is not retried ends the retries too
+    ]
+    assert len({e.request for e in events}) == 3, "one id per request across its attempts"
+    assert "engine on fire" in events[0].error and events[0].delay_s is not None and events[2].delay_s is None
+
+
+async def test_an_aborted_retry_is_reported_as_ended(fault_server: FaultServer) -> None:
+    aborted = False
+    fault_server.behaviours = [status(503, {"message": "busy"})] * 100
+    async with make_client(fault_server.url, retry_delay=0.05, max_retry_delay=0.05) as client:
+        with _retry_events() as events:
+            request = asyncio.ensure_future(client.generate([1], {}, abort_check=lambda: aborted))
+            await wait_until(lambda: len(events) >= 2, what="two retries")
+            aborted = True
+            with pytest.raises(SGLangAbortedError):
+                await request
+    assert events[-1].outcome == "ended" and {e.outcome for e in events[:-1]} == {"retrying"}
 
 
 async def test_unreachable_server_raises_connection_error() -> None:

@@ -17,6 +17,7 @@ from strands_slime.config import (
     load_config,
     parse_config,
 )
+from strands_slime.config import main as config_main
 from strands_slime.provider.limits import DEFAULT_MAX_MODEL_CALLS, ToolLimiter
 
 pytestmark = pytest.mark.integration
@@ -126,3 +127,87 @@ def test_validator_command_for_the_launch_scripts_dry_run(tmp_path: Path) -> Non
     missing = _validate(str(tmp_path / "absent.yaml"))
     assert missing.returncode == 1 and "does not exist" in missing.stderr
     assert _validate().returncode == 1
+
+
+@pytest.mark.parametrize(
+    ("content", "closest"),
+    [
+        (
+            "max_tool_iter: 3\n",
+            "max_tool_iter: Extra inputs are not permitted (did you mean 'max_tool_iters'?)",
+        ),
+        (
+            "strands_slime:\n  client:\n    max_retry: 2\n",
+            "client.max_retry: Extra inputs are not permitted (did you mean 'max_retries'?)",
+        ),
+        (
+            "sandbox:\n  timout_s: 3\n",
+            "sandbox.timout_s: Extra inputs are not permitted (did you mean 'timeout_s'?)",
+        ),
+        ("reward:\n  shapping: none\n", "(did you mean 'shaping'?)"),
+    ],
+)
+def test_a_misspelled_key_names_the_closest_one(tmp_path: Path, content: str, closest: str) -> None:
+    path = tmp_path / "typo.yaml"
+    path.write_text(content)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert closest in str(info.value)
+
+
+def test_an_unknown_key_like_no_other_gets_no_guess() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config({"completely_unrelated": 1})
+    assert "completely_unrelated: Extra inputs are not permitted" in str(info.value)
+    assert "did you mean" not in str(info.value)
+
+
+def test_the_packaged_eval_config_passes_the_validator(capsys: pytest.CaptureFixture[str]) -> None:
+    path = REPO / "configs" / "eval_aime.yaml"
+    assert config_main([str(path)]) == 0
+    assert (
+        capsys.readouterr().out
+        == f"strands_slime config OK: {path} (slime --eval-config with 1 dataset(s): aime)\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("eval:\n  datasets: []\n", "`eval.datasets` must list at least one dataset"),
+        ("eval:\n  datasets:\n    - name: a\n", "every eval dataset needs a name and a path"),
+        (
+            "eval:\n  defaults: {n_samples_per_eval_prompt: 0}\n  datasets:\n    - {name: a, path: x}\n",
+            "dataset a: n_samples_per_eval_prompt must be a positive integer, got 0",
+        ),
+        (
+            "eval:\n  datasets:\n    - {name: a, path: x, custom_rm_path: strands_slime.no_such_function}\n",
+            "dataset a: custom_rm_path: 'strands_slime.no_such_function' is not a function",
+        ),
+        (
+            "eval:\n  datasets:\n    - {name: a, path: x, custom_generate_function_path: no_such_module.generate}\n",
+            "dataset a: custom_generate_function_path: cannot import 'no_such_module'",
+        ),
+        (
+            "eval:\n  datasets:\n    a: {path: x, metadata_overrides: [1]}\n",
+            "dataset a: metadata_overrides must be a mapping",
+        ),
+        (
+            "eval:\n  datasets:\n    - {name: a, path: x}\nstrands_slime:\n  max_tool_iter: 3\n",
+            "did you mean 'max_tool_iters'?",
+        ),
+    ],
+)
+def test_an_eval_config_is_checked_where_it_concerns_us(
+    tmp_path: Path, content: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "eval.yaml"
+    path.write_text(content)
+    assert config_main([str(path)]) == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("strands_slime config error: ") and message in line
+
+
+def test_an_eval_section_in_a_rollout_config_says_where_it_belongs() -> None:
+    with pytest.raises(ConfigError, match=r"an `eval:` section belongs to slime's --eval-config file"):
+        parse_config({"eval": {"defaults": {}}, "max_tool_iters": 2})

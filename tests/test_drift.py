@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -161,10 +162,11 @@ def test_readme_rollout_then_drift(tmp_path: Path, capsys: Any) -> None:
     assert json.loads((tmp_path / "drift" / "drift.json").read_text())["transcripts"] == 10
     empty = tmp_path / "empty.jsonl"
     empty.write_text("\n")
-    with pytest.raises(SystemExit, match="has no samples"):
-        main(["drift", "--samples", str(empty), "--out", str(tmp_path / "drift2")])
+    assert main(["drift", "--samples", str(empty), "--out", str(tmp_path / "drift2")]) == 2
+    assert capsys.readouterr().err == f"error: {empty} has no samples\n"
     foreign = tmp_path / "foreign.jsonl"
     record = json.loads((run / "samples.jsonl").read_text().splitlines()[0])
     foreign.write_text(json.dumps(record) + "\n" + json.dumps({**record, "metadata": "transcript"}) + "\n")
-    with pytest.raises(SystemExit, match=r"foreign\.jsonl: trajectory 1: sample\.metadata must be a mapping"):
-        main(["drift", "--samples", str(foreign), "--out", str(tmp_path / "drift3")])
+    assert main(["drift", "--samples", str(foreign), "--out", str(tmp_path / "drift3")]) == 2
+    (error,) = capsys.readouterr().err.splitlines()
+    assert re.match(r"error: .*foreign\.jsonl: trajectory 1: sample\.metadata must be a mapping", error)

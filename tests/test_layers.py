@@ -18,12 +18,12 @@ PACKAGE = "strands_slime"
 
 LAYERS = (
     grimp.Layer("cli"),
-    grimp.Layer("viewer", "drift", "data_prep", "launch"),
+    grimp.Layer("viewer", "drift", "data_prep", "launch", "wandb_log"),
     grimp.Layer("rollout"),
     grimp.Layer("reward", "devserver"),
     grimp.Layer("config"),
     grimp.Layer("provider", "sandbox"),
-    grimp.Layer("aborts", "errors", "episode_metadata", "_compat", "ray_actors"),
+    grimp.Layer("aborts", "errors", "episode_metadata", "_compat", "ray_actors", "usage"),
     grimp.Layer("runtime"),
 )
 """Top to bottom; the modules named in one layer are independent of each other."""

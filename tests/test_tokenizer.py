@@ -1,6 +1,9 @@
-import pytest
+import time
 
-from strands_slime.provider.tokenizer import bundled_qwen3_tokenizer_dir
+import pytest
+from huggingface_hub import constants
+
+from strands_slime.provider.tokenizer import bundled_qwen3_tokenizer_dir, hub_unreachable, load_tokenizer
 
 pytestmark = pytest.mark.unit
 
@@ -36,3 +39,19 @@ def test_reference_prompt_thinking_off(qwen3_tokenizer):
     assert qwen3_tokenizer.encode(ids, add_special_tokens=False) == [
         151644, 872, 198, 64, 8251, 389, 264, 97982, 151645, 198, 151644, 77091, 198, 151667, 271, 151668, 271,
     ]  # fmt: skip
+
+
+def test_a_hub_name_fails_at_once_when_the_hub_is_out_of_reach(monkeypatch):
+    """transformers retries an unreachable hub for about 50 s: the name is refused at once instead."""
+    assert hub_unreachable() == "HF_HUB_OFFLINE is set"  # the tests' environment (conftest.py)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")  # nothing listens there
+    assert hub_unreachable().startswith("http://127.0.0.1:9: ")
+    started = time.monotonic()
+    with pytest.raises(
+        OSError,
+        match=r"'strands-slime-tests/no-such-tokenizer' is not a local directory, "
+        r"it is not in the Hugging Face cache and the hub is out of reach \(http://127\.0\.0\.1:9",
+    ):
+        load_tokenizer("strands-slime-tests/no-such-tokenizer")
+    assert time.monotonic() - started < 5

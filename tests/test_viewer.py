@@ -15,12 +15,23 @@ import pytest
 from chromium import chromium, find_chromium
 
 from strands_slime.cli import RolloutOptions, main, run_rollout
+from strands_slime.devserver import DevServerThread
 from strands_slime.episode_metadata import EpisodeMetadata
-from strands_slime.viewer import KIND_MODEL, KIND_PROMPT, KIND_TOOL, ReportError, build_report, write_report
+from strands_slime.rollout.run_summary import sample_overview
+from strands_slime.viewer import (
+    KIND_MODEL,
+    KIND_PLACEHOLDER,
+    KIND_PROMPT,
+    KIND_TOOL,
+    ReportError,
+    build_report,
+    write_report,
+)
 
 pytestmark = pytest.mark.integration
 
 DEMO = Path(__file__).resolve().parents[1] / "strands_slime" / "data" / "demo_problems.jsonl"
+SCRIPT = DEMO.with_name("demo_script.json")
 CHROMIUM = find_chromium()
 needs_chromium = pytest.mark.skipif(
     CHROMIUM is None,
@@ -36,6 +47,34 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("demo-run")
     asyncio.run(run_rollout(RolloutOptions(data=DEMO, out=out, n_samples=2, quiet=True)))
     return out
+
+
+@pytest.fixture(scope="module")
+def failing_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real rollout whose server fails its first 4 requests (no retries): 4 of the 10 episodes fail
+    at their first model call, the other 6 run as in ``demo_run``."""
+    import asyncio
+
+    out = tmp_path_factory.mktemp("failing-run") / "run"
+    config = out.parent / "no-retries.yaml"
+    config.write_text("strands_slime:\n  client:\n    max_retries: 0\n")
+    with DevServerThread("scripted", script=SCRIPT) as server:
+        server.inject_fault(status=500, count=4, message="engine on fire")
+        options = RolloutOptions(
+            data=DEMO,
+            out=out,
+            base_url=server.url,
+            config=config,
+            n_samples=2,
+            quiet=True,
+            max_failure_rate=1,
+        )
+        asyncio.run(run_rollout(options))
+    return out
+
+
+def _records(run: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
 
 
 def _embedded(html: str) -> dict[str, Any]:
@@ -112,13 +151,19 @@ def test_logprobs_missing_or_not_finite_are_shown_without_heat() -> None:
     assert heavy[1]["lp"] == [None, -99_999, -12]
 
 
+def _view_error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    """``strands-slime view`` must fail as every command does: status 2, one ``error:`` line."""
+    assert main(["view", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err, err
+    return err
+
+
 def test_bad_input_is_reported_clearly(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit, match=r"has no samples\.jsonl"):
-        main(["view", str(tmp_path), "--no-tokenizer"])
+    assert "has no samples.jsonl" in _view_error(capsys, [str(tmp_path), "--no-tokenizer"])
     bad = tmp_path / "samples.jsonl"
-    bad.write_text('{"tokens": [1], "loss_mask": [], "response_length": 0}\nnot json\n')
-    with pytest.raises(SystemExit, match=r"samples.jsonl:2: not JSON"):
-        main(["view", str(bad), "--no-tokenizer"])
+    bad.write_text('{"tokens": [1], "loss_mask": [], "response_length": 0}\nnot json\n{"tokens": [1]}\n')
+    assert "samples.jsonl:2: not JSON" in _view_error(capsys, [str(bad), "--no-tokenizer"])
     bad.write_text('{"tokens": [1, 2], "loss_mask": [1, 1, 1], "response_length": 3}\n')
     with pytest.raises(ReportError, match="loss_mask has 3 entries"):
         write_report(bad)
@@ -146,7 +191,20 @@ def test_rows_read_the_episode_record_and_the_transcript_stays_out_of_the_page()
     assert shown["dataset_key"] == "kept" and shown["reward_details"] == {"acc": True, "pred": "5"}
 
 
-def test_metadata_of_another_shape_names_the_sample(tmp_path: Path) -> None:
+def test_a_torn_last_line_is_left_out_with_a_note(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A run killed mid-write leaves a last line without its newline: --resume drops it, so does view."""
+    samples = tmp_path / "samples.jsonl"
+    good = {"index": 0, "tokens": [1, 2], "loss_mask": [1], "response_length": 1}
+    samples.write_text(json.dumps(good) + "\n" + json.dumps({**good, "index": 1})[:20])
+    assert main(["view", str(samples), "--no-tokenizer"]) == 0
+    assert [row["i"] for row in _embedded((tmp_path / "report.html").read_text())["rows"]] == [0]
+    assert f"note: the last line of {samples} was cut short" in caplog.text
+    assert samples.read_text().endswith(json.dumps({**good, "index": 1})[:20]), "view changes nothing"
+
+
+def test_metadata_of_another_shape_names_the_sample(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     samples = tmp_path / "samples.jsonl"
     good = {"index": 0, "tokens": [1, 2], "loss_mask": [1], "response_length": 1, "metadata": {}}
     cases = [
@@ -158,8 +216,7 @@ def test_metadata_of_another_shape_names_the_sample(tmp_path: Path) -> None:
     for metadata, message in cases:
         bad = {**good, "index": 1, "metadata": metadata}
         samples.write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n")
-        with pytest.raises(SystemExit, match=message):
-            main(["view", str(samples), "--no-tokenizer"])
+        assert re.search(message, _view_error(capsys, [str(samples), "--no-tokenizer"]))
         assert not (tmp_path / "report.html").exists(), "nothing half-written"
     samples.write_text(json.dumps({**good, "metadata": None}) + "\n")  # no metadata at all: defaults
     assert _embedded(write_report(samples).read_text())["rows"][0]["tc"] == 0
@@ -168,7 +225,7 @@ def test_metadata_of_another_shape_names_the_sample(tmp_path: Path) -> None:
 def test_rollout_writes_the_report_and_prints_its_path(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["rollout", "--data", str(DEMO), "--limit", "1", "--out", str(tmp_path), "--quiet"]) == 0
+    assert main(["rollout", "--data", str(DEMO), "--limit", "1", "--out", str(tmp_path)]) == 0
     assert f"report: {tmp_path / 'report.html'}" in capsys.readouterr().out
     assert len(_embedded((tmp_path / "report.html").read_text())["rows"]) == 1
 
@@ -249,6 +306,125 @@ async def test_report_in_chromium_sample_view_and_filters(
         assert await page.evaluate("document.querySelectorAll('#rows tr').length") == 3
         await page.screenshot(tmp_path / "filtered.png")
     for name in ("run.png", "sample.png", "filtered.png"):
+        assert (tmp_path / name).stat().st_size > 10_000
+
+
+def test_failed_samples_carry_their_reason_and_no_made_up_turn(failing_run: Path, tmp_path: Path) -> None:
+    data = _embedded(write_report(failing_run, tmp_path / "report.html").read_text())
+    heavy = [sample for packed in data["chunks"] for sample in _inflate(packed)]
+    records = _records(failing_run)
+    assert sum(r["status"] == "failed" for r in records) == 4
+    for row, sample, record in zip(data["rows"], heavy, records, strict=True):
+        assert row["pt"] == record["prompt"][-1]["content"] and row["l"] == record["label"]
+        if record["status"] == "failed":
+            assert row["x"].startswith("SGLangHTTPError: HTTP 500") and "engine on fire" in row["x"]
+            assert row["c"] is False and row["pr"] is None
+            # the untrained token slime needs as a response is not shown as a tool result or user turn
+            prompt_length = len(record["tokens"]) - record["response_length"]
+            assert sample["seg"] == [KIND_PROMPT, prompt_length, KIND_PLACEHOLDER, record["response_length"]]
+        else:
+            assert row["x"] is None and row["c"] == (record["reward"] == 1.0)
+            assert KIND_PLACEHOLDER not in sample["seg"][::2]
+
+
+@needs_chromium
+async def test_report_in_chromium_shows_failures_and_searches_and_sorts(
+    failing_run: Path, qwen3_tokenizer: Any, tmp_path: Path
+) -> None:
+    path = write_report(failing_run, tmp_path / "report.html", tokenizer=qwen3_tokenizer)
+    records = _records(failing_run)
+    correct = sum(1 for r in records if r["status"] != "failed" and r["reward"] == 1.0)
+    async with chromium(CHROMIUM, tmp_path / "profile") as browser:  # type: ignore[arg-type]
+        page = await browser.open(path.as_uri())
+        await page.wait_for("document.body.dataset.ready === '1'")
+        # the run page: how many failed and why, and the accuracy over every sample
+        heading = await page.evaluate("document.querySelector('#failures h2').textContent")
+        assert heading == "4 of 10 samples failed (40.0%), 1 reason"
+        reasons = await page.evaluate(
+            "[...document.querySelectorAll('#failures tr')].map(tr => [...tr.cells].map(c => c.textContent))"
+        )
+        assert len(reasons) == 1 and reasons[0][0] == "4" and "engine on fire" in reasons[0][1]
+        stats = await page.evaluate(
+            "Object.fromEntries([...document.querySelectorAll('#stats span')]"
+            ".map(s => [s.dataset.stat, s.querySelector('b').textContent]))"
+        )
+        assert stats["failed"] == "4 (40.0%)"
+        assert float(stats["accuracy"]) == pytest.approx(correct / 10, abs=1e-3)
+        assert float(stats["accuracy without failures"]) == pytest.approx(correct / 6, abs=1e-3)
+        await page.screenshot(tmp_path / "failures.png", full_page=True)
+
+        # the list: sample order (not finishing order), with prompt, label and prediction columns
+        header = await page.evaluate(
+            "[...document.querySelectorAll('#columns th')].map(th => th.textContent)"
+        )
+        assert header == [
+            "#",
+            "group",
+            "status",
+            "reward",
+            "prompt",
+            "label",
+            "prediction",
+            "tokens",
+            "tools",
+            "turns",
+        ]
+        column = "[...document.querySelectorAll('#rows tr')].map(t => t.cells[{}].textContent)"
+        assert await page.evaluate(column.format(0)) == [str(i) for i in range(10)]
+        by_index = sorted(records, key=lambda r: r["index"])
+        assert await page.evaluate(column.format(5)) == [r["label"] for r in by_index]
+
+        # a click on a failure reason lists those samples; one opens with its reason on top
+        await page.evaluate("document.querySelector('#failures button.reason').click()")
+        assert await page.evaluate("document.getElementById('f-count').textContent") == "4 of 10 samples"
+        assert set(await page.evaluate(column.format(2))) == {"failed (removed)"}
+        await page.evaluate("document.querySelector('#rows tr').click()")
+        await page.wait_for("!!document.querySelector('#detail .failure')")
+        banner = await page.evaluate("document.querySelector('#detail .failure').textContent")
+        assert banner.startswith("failed: SGLangHTTPError: HTTP 500") and "engine on fire" in banner
+        kinds = await page.evaluate(
+            "[0, 1, 2, 3].map(k => document.querySelectorAll('#detail .seg.k' + k).length)"
+        )
+        assert kinds == [1, 0, 0, 1], "the prompt, then the placeholder: no model turn, no tool or user turn"
+        await page.screenshot(tmp_path / "failed-sample.png", full_page=True)
+
+        # search: any word of the prompt, label, prediction, failure reason or final answer
+        def shown_for(words: str) -> list[int]:
+            found = []
+            for record in by_index:
+                overview = sample_overview(record)
+                fields = [overview["prompt"], overview["label"], overview["prediction"], overview["failure"]]
+                fields.append(overview["final_text"][-300:])
+                if words in "\n".join(str(f) for f in fields if f is not None).lower():
+                    found.append(record["index"])
+            return found
+
+        for words in ("5050", "positive divisors", "engine on fire"):
+            await page.evaluate(
+                "(() => { const f = document.getElementById('f-search'); f.value = "
+                + json.dumps(words)
+                + "; f.dispatchEvent(new Event('input')); })()"
+            )
+            assert [int(i) for i in await page.evaluate(column.format(0))] == shown_for(words), words
+        assert shown_for("5050") and len(shown_for("engine on fire")) == 4
+
+        # sorting: a click on a column sorts by it, a second click reverses it
+        await page.evaluate(
+            "(() => { const f = document.getElementById('f-search'); f.value = '';"
+            " f.dispatchEvent(new Event('input')); })()"
+        )
+        await page.evaluate("document.querySelector('#columns th[data-key=\"r\"]').click()")
+        rewards = [float(x) for x in await page.evaluate(column.format(3))]
+        assert rewards == sorted(rewards) and len(rewards) == 10
+        await page.evaluate("document.querySelector('#columns th[data-key=\"r\"]').click()")
+        assert [float(x) for x in await page.evaluate(column.format(3))] == sorted(rewards, reverse=True)
+        assert (
+            await page.evaluate(
+                "document.querySelector('#columns th[data-key=\"r\"]').getAttribute('aria-sort')"
+            )
+            == "descending"
+        )
+    for name in ("failures.png", "failed-sample.png"):
         assert (tmp_path / name).stat().st_size > 10_000
 
 

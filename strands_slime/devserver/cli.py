@@ -10,6 +10,8 @@ import signal
 import sys
 from collections.abc import Sequence
 
+from strands_slime.usage import EXIT_USAGE, ArgumentParser, usage_error
+
 URL_LINE_PREFIX = "DEVSERVER_URL="
 """The line on stdout that carries the bound URL: ``DEVSERVER_URL=http://127.0.0.1:PORT``."""
 
@@ -37,7 +39,7 @@ def _non_negative_int(text: str) -> int:
 
 def build_parser(prog: str = "python -m strands_slime.devserver") -> argparse.ArgumentParser:
     """The dev server's command line (also ``strands-slime serve``)."""
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog=prog,
         description="SGLang-compatible CPU dev server (native /generate protocol) for tests, demos and benchmarks.",
     )
@@ -168,13 +170,15 @@ async def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def serve_main(argv: Sequence[str] | None = None) -> int:
-    """Parse ``argv`` (default: ``sys.argv[1:]``), serve until SIGINT/SIGTERM, return the exit code."""
-    parser = build_parser()
+def serve_main(argv: Sequence[str] | None = None, prog: str = "python -m strands_slime.devserver") -> int:
+    """Parse ``argv`` (default: ``sys.argv[1:]``), serve until SIGINT/SIGTERM, return the exit code
+    (2 with one ``error:`` line for a bad flag, script, model or port). ``prog`` names the command in
+    ``--help`` (``strands-slime serve`` from the CLI)."""
+    parser = build_parser(prog)
     try:
         args = parser.parse_args(None if argv is None else list(argv))
     except SystemExit as exc:  # --help or a usage error: argparse already printed why
-        return int(exc.code or 0) if isinstance(exc.code, int) else 2
+        return int(exc.code or 0) if isinstance(exc.code, int) else EXIT_USAGE
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -185,5 +189,4 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 0
     except (ScriptError, FileNotFoundError, ValueError, OSError, ImportError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return usage_error(exc)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import array
 import asyncio
 import contextvars
+import itertools
 import json
 import logging
 import math
@@ -27,7 +28,7 @@ import weakref
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import aiohttp
 
@@ -66,6 +67,7 @@ __all__ = [  # the errors live in client_errors; importing them from here keeps 
     "ROUTING_KEY_HEADER",
     "FinishReason",
     "GenerateResponse",
+    "RetryEvent",
     "SGLangAbortedError",
     "SGLangBadRequestError",
     "SGLangClient",
@@ -77,10 +79,15 @@ __all__ = [  # the errors live in client_errors; importing them from here keeps 
     "SGLangThrottledError",
     "SGLangTimeoutError",
     "classify_http_error",
+    "retry_logger",
     "run_abortable",
 ]
 
 logger = logging.getLogger(__name__)
+retry_logger = logging.getLogger(__name__ + ".retries")
+"""One DEBUG record per retry of a request and one when its retries end, each carrying a
+:class:`RetryEvent` as ``record.retry_event``: a rollout's progress display turns them into a live line
+about an unhealthy server (DEBUG, so a training log does not get a line per retry)."""
 
 ROUTING_KEY_HEADER = "X-SMG-Routing-Key"
 _METADATA_MAX_RETRIES = 3
@@ -90,6 +97,52 @@ DEFAULT_FIRST_BYTE_TIMEOUT_S = 3600.0
 """32,768 new tokens at 10 tok/s (a request's decode speed on a KV-bound engine under load) plus queueing."""
 DEFAULT_STALL_TIMEOUT_S = 60.0
 """SGLang writes a non-streaming reply in one go: a minute without bytes mid-reply is a dead connection."""
+
+
+@dataclass(frozen=True, slots=True)
+class RetryEvent:
+    """What happened to one request that needed a retry (see :data:`retry_logger`).
+
+    ``outcome`` is ``retrying`` (attempt ``attempt`` of at most ``max_attempts`` failed with ``error``;
+    the next one starts in ``delay_s``), then once: ``recovered`` (an attempt succeeded), ``gave_up``
+    (the retries ran out, or an error that is not retried came) or ``ended`` (aborted or cancelled)."""
+
+    request: int
+    outcome: Literal["retrying", "recovered", "gave_up", "ended"]
+    attempt: int
+    max_attempts: int
+    error: str
+    delay_s: float | None = None
+
+
+_retried_requests = itertools.count(1)
+
+
+def _report_retry(
+    request: int,
+    outcome: Literal["retrying", "recovered", "gave_up", "ended"],
+    attempt: int,
+    max_attempts: int,
+    error: SGLangClientError | None,
+    delay_s: float | None,
+) -> None:
+    """Log one :class:`RetryEvent` on :data:`retry_logger` (nothing is formatted unless someone listens)."""
+    if not retry_logger.isEnabledFor(logging.DEBUG):
+        return
+    event = RetryEvent(request, outcome, attempt, max_attempts, str(error) if error else "", delay_s)
+    if outcome == "retrying":
+        retry_logger.debug(
+            "attempt %d of %d failed, retrying in %.1f s: %s",
+            attempt,
+            max_attempts,
+            delay_s,
+            event.error,
+            extra={"retry_event": event},
+        )
+    else:
+        retry_logger.debug(
+            "request %s after %d attempts", outcome.replace("_", " "), attempt, extra={"retry_event": event}
+        )
 
 
 @dataclass(slots=True)
@@ -543,63 +596,77 @@ class SGLangClient:
         abort_check: Callable[[], bool] | None,
         parse: Callable[[Any], Any] | None = None,
     ) -> Any:
+        retried: int | None = None  # the request's number in the retry events, from its first retry
+        outcome: Literal["recovered", "gave_up", "ended"] = "ended"
         last_error: SGLangClientError | None = None
-        for attempt in range(retries + 1):
-            if attempt:
-                await asyncio.sleep(self._backoff(attempt - 1))
-            state = await self._state()
-            async with state.slots:  # a full pool queues here, outside every deadline
-                if abort_check is not None and abort_check():  # never send after an abort
-                    raise SGLangAbortedError(
-                        f"{method} {url} was not sent (attempt {attempt + 1}): the rollout was aborted"
-                    )
-                try:
-                    guard = _SEND_GUARD.set(abort_check)
-                    try:
-                        status, raw = await self._exchange(state.session, method, url, body, headers)
-                    finally:
-                        _SEND_GUARD.reset(guard)
-                except SGLangTimeoutError as exc:
-                    last_error = exc
-                except (
-                    aiohttp.ClientConnectionError,
-                    aiohttp.ClientPayloadError,
-                    asyncio.TimeoutError,
-                ) as exc:
-                    last_error = SGLangConnectionError(f"{method} {url}: {type(exc).__name__}: {exc}")
-                else:
-                    if status == 200:
-                        if not expect_json or not raw.strip():
-                            return None
-                        with self.decode_scope():
-                            try:
-                                decoded = _decode_json(raw)
-                            except ValueError as exc:
-                                excerpt = raw[:BODY_EXCERPT_CHARS].decode(errors="replace")
-                                last_error = SGLangDecodingError(
-                                    f"invalid JSON from {url} ({exc}): {excerpt!r}"
-                                )
-                            else:
-                                if parse is None:
-                                    return decoded
-                                parsed = parse(decoded)
-                                del decoded  # its per-token lists go before collections resume
-                                return parsed
-                    else:
-                        last_error = classify_http_error(
-                            status, raw.decode(errors="replace"), url=url, attempts=attempt + 1
+        attempt = 0
+        delay = 0.0
+        try:
+            for attempt in range(retries + 1):
+                if attempt:
+                    await asyncio.sleep(delay)
+                state = await self._state()
+                async with state.slots:  # a full pool queues here, outside every deadline
+                    if abort_check is not None and abort_check():  # never send after an abort
+                        raise SGLangAbortedError(
+                            f"{method} {url} was not sent (attempt {attempt + 1}): the rollout was aborted"
                         )
+                    try:
+                        guard = _SEND_GUARD.set(abort_check)
+                        try:
+                            status, raw = await self._exchange(state.session, method, url, body, headers)
+                        finally:
+                            _SEND_GUARD.reset(guard)
+                    except SGLangTimeoutError as exc:
+                        last_error = exc
+                    except (
+                        aiohttp.ClientConnectionError,
+                        aiohttp.ClientPayloadError,
+                        asyncio.TimeoutError,
+                    ) as exc:
+                        last_error = SGLangConnectionError(f"{method} {url}: {type(exc).__name__}: {exc}")
+                    else:
+                        if status == 200:
+                            if not expect_json or not raw.strip():
+                                outcome = "recovered"
+                                return None
+                            with self.decode_scope():
+                                try:
+                                    decoded = _decode_json(raw)
+                                except ValueError as exc:
+                                    excerpt = raw[:BODY_EXCERPT_CHARS].decode(errors="replace")
+                                    last_error = SGLangDecodingError(
+                                        f"invalid JSON from {url} ({exc}): {excerpt!r}"
+                                    )
+                                else:
+                                    outcome = "gave_up"  # what parse raises is raised as it is
+                                    parsed = decoded if parse is None else parse(decoded)
+                                    del decoded  # its per-token lists go before collections resume
+                                    outcome = "recovered"
+                                    return parsed
+                        else:
+                            last_error = classify_http_error(
+                                status, raw.decode(errors="replace"), url=url, attempts=attempt + 1
+                            )
+                assert last_error is not None
+                if not last_error.retryable:
+                    outcome = "gave_up"
+                    raise last_error
+                if attempt < retries:
+                    delay = self._backoff(attempt)
+                    if retried is None:
+                        retried = next(_retried_requests)
+                    _report_retry(retried, "retrying", attempt + 1, retries + 1, last_error, delay)
             assert last_error is not None
-            if not last_error.retryable:
-                raise last_error
-            if attempt < retries:
-                logger.debug("retrying %s %s after attempt %d: %s", method, url, attempt + 1, last_error)
-        assert last_error is not None
-        if isinstance(last_error, SGLangHTTPError):
-            last_error.attempts = retries + 1
-        if retries and not isinstance(last_error, SGLangHTTPError):
-            last_error.args = (f"{last_error} (gave up after {retries + 1} attempts)",)
-        raise last_error
+            outcome = "gave_up"
+            if isinstance(last_error, SGLangHTTPError):
+                last_error.attempts = retries + 1
+            if retries and not isinstance(last_error, SGLangHTTPError):
+                last_error.args = (f"{last_error} (gave up after {retries + 1} attempts)",)
+            raise last_error
+        finally:
+            if retried is not None:
+                _report_retry(retried, outcome, attempt + 1, retries + 1, last_error, None)
 
     async def _exchange(
         self,

@@ -39,6 +39,9 @@ from strands_slime.rollout.sample_fill import SAMPLE_RESULT_FIELDS
 from strands_slime.rollout.startup import warm_up
 
 logger = logging.getLogger(__name__)
+WORKER_LOG_ENV = "STRANDS_SLIME_WORKER_LOG"
+"""A file the workers append their warnings to instead of stderr (the offline rollout's log: its
+terminal shows the progress bar, and ``--quiet`` nothing)."""
 
 
 def pack_result(sample: Any) -> dict[str, Any]:
@@ -250,6 +253,7 @@ def worker_main() -> int:
     logging.basicConfig(
         level=logging.WARNING,
         format="%(asctime)s strands_slime executor worker %(process)d %(levelname)s %(name)s: %(message)s",
+        filename=os.environ.get(WORKER_LOG_ENV) or None,  # None: stderr
     )
     asyncio.run(_PipeServer(fd_in, fd_out).serve())
     return 0

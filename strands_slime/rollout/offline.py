@@ -3,7 +3,8 @@
 It runs slime's code path (``generate`` then ``reward_func`` on a slime-like ``args``) over a JSONL or
 parquet dataset, against a running SGLang server (``--base-url``) or an embedded dev server. Each
 finished sample is appended to ``samples.jsonl`` at once, so an interrupted run loses nothing and
-``resume=True`` picks up where it stopped.
+``resume=True`` picks up where it stopped, running the failed samples again (``run_files`` owns the
+output directory, ``run_monitor`` what is shown while the run goes and when it stops early).
 """
 
 from __future__ import annotations
@@ -18,9 +19,8 @@ import signal
 import sys
 import time
 import uuid
-from collections import Counter
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from types import SimpleNamespace
@@ -28,11 +28,23 @@ from typing import Any, TextIO
 from urllib.parse import urlparse
 
 from strands_slime.episode_metadata import EpisodeMetadata
+from strands_slime.rollout.run_files import (
+    LOG,
+    RunDir,
+    RunDirError,
+    SampleLines,
+    SamplesFileError,
+    check_writable,
+    refuse_earlier_results,
+)
+from strands_slime.rollout.run_monitor import RunMonitor, failed, run_logging
+from strands_slime.rollout.run_summary import build_summary, write_summary
 
 DEMO_DATA = "demo_problems.jsonl"
 DEMO_SCRIPT = "demo_script.json"
 DEFAULT_MAX_FAILURE_RATE = 0.1
 DEFAULT_HEALTH_TIMEOUT_S = 5.0
+DEFAULT_UNHEALTHY_TIMEOUT_S = 300.0
 _VERSIONED_PACKAGES = ("strands-slime", "strands-agents", "transformers", "aiohttp", "slime", "sglang")
 
 
@@ -75,17 +87,17 @@ class RolloutOptions:
     keep_transcript: bool = False
     quiet: bool = False
     resume: bool = False
+    overwrite: bool = False
     max_failure_rate: float = DEFAULT_MAX_FAILURE_RATE
     health_timeout_s: float = DEFAULT_HEALTH_TIMEOUT_S
-    wandb: bool = False
-    wandb_project: str = "strands-slime"
-    wandb_run_name: str | None = None
+    unhealthy_timeout_s: float = DEFAULT_UNHEALTHY_TIMEOUT_S
 
     def validate(self) -> None:
-        """Refuse settings that could only fail later (before any server starts or data is read).
+        """Refuse settings that could only fail later: before any data is read or server started.
 
         Raises:
-            RolloutError: a count, limit, rate or timeout out of range (the flag is named).
+            RolloutError: a count, limit, rate or timeout out of range (the flag is named), an ``out``
+                that cannot be written, or one holding samples without ``resume``/``overwrite``.
         """
         if self.n_samples < 1 or self.concurrency < 1:
             raise RolloutError("--n-samples and --concurrency must be >= 1")
@@ -95,6 +107,16 @@ class RolloutOptions:
             raise RolloutError(f"--max-failure-rate must be between 0 and 1, got {self.max_failure_rate}")
         if self.health_timeout_s <= 0:
             raise RolloutError(f"--health-timeout must be > 0, got {self.health_timeout_s}")
+        if self.unhealthy_timeout_s < 0:
+            raise RolloutError(f"--unhealthy-timeout must be >= 0 (0: never), got {self.unhealthy_timeout_s}")
+        if self.resume and self.overwrite:
+            raise RolloutError("--resume continues the samples in --out, --overwrite deletes them: pick one")
+        try:
+            check_writable(self.out)
+            if not self.resume and not self.overwrite:
+                refuse_earlier_results(self.out)
+        except RunDirError as exc:
+            raise RolloutError(str(exc)) from exc
 
 
 # --------------------------------------------------------------------------- data
@@ -316,54 +338,27 @@ def sample_record(sample: Any, sample_index: int) -> dict[str, Any]:
     return out
 
 
-def _read_finished(path: Path) -> list[dict[str, Any]]:
-    """Records already in ``samples.jsonl``; a torn last line (killed mid-write) is cut off."""
-    if not path.is_file():
-        return []
-    records: list[dict[str, Any]] = []
-    good_bytes = 0
-    with path.open("rb") as handle:
-        for number, line in enumerate(handle, 1):
-            if not line.endswith(b"\n"):  # each record is written with its newline: this one is torn
-                break
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                if handle.read(1):  # not the last line: the file is damaged, not just torn
-                    raise RolloutError(f"{path}:{number}: not JSON; cannot resume from it") from exc
-                break
-            if not isinstance(record, dict) or "group_index" not in record:
-                raise RolloutError(f"{path}:{number}: not a strands-slime sample; cannot resume from it")
+def _read_finished(lines: SampleLines) -> list[tuple[int, dict[str, Any]]]:
+    """The records already in ``samples.jsonl`` with their line numbers (a torn last line is left out).
+
+    Raises:
+        RolloutError: a line is not JSON, not one of our samples or its metadata is not a mapping.
+    """
+    records: list[tuple[int, dict[str, Any]]] = []
+    try:
+        for number, record in lines:
+            if "group_index" not in record:
+                raise RolloutError(
+                    f"{lines.path}:{number}: not a strands-slime sample; cannot resume from it"
+                )
             try:  # the summary reads every record's episode metadata
                 EpisodeMetadata.from_metadata(record.get("metadata"))
             except TypeError as exc:
-                raise RolloutError(f"{path}:{number}: {exc}; cannot resume from it") from exc
-            records.append(record)
-            good_bytes += len(line)
-    if good_bytes < path.stat().st_size:
-        with path.open("r+b") as handle:
-            handle.truncate(good_bytes)
+                raise RolloutError(f"{lines.path}:{number}: {exc}; cannot resume from it") from exc
+            records.append((number, record))
+    except SamplesFileError as exc:
+        raise RolloutError(f"{exc}; cannot resume from it") from exc
     return records
-
-
-def _failed(record: dict[str, Any]) -> bool:
-    return record.get("status") == "failed" or bool(record.get("remove_sample"))
-
-
-def failure_reasons(records: list[dict[str, Any]], top: int = 3) -> list[tuple[str, int]]:
-    """The most common ``infra_error`` (episode metadata) of failed samples, first line, shortened.
-
-    Returns:
-        Up to ``top`` ``(reason, samples)`` pairs, the most frequent first.
-    """
-    reasons: Counter[str] = Counter()
-    for record in records:
-        if _failed(record):
-            reason = str(
-                EpisodeMetadata.from_metadata(record.get("metadata")).infra_error or "no reason recorded"
-            )
-            reasons[reason.strip().splitlines()[0][:200] if reason.strip() else "no reason recorded"] += 1
-    return reasons.most_common(top)
 
 
 def package_versions() -> dict[str, str | None]:
@@ -380,21 +375,31 @@ def package_versions() -> dict[str, str | None]:
 # --------------------------------------------------------------------------- the run
 
 
-class _Interrupt:
-    """SIGINT/SIGTERM: stop starting episodes, cancel the running ones, remember the signal.
+class _RunStop:
+    """Ends the run before its plan is done: SIGINT/SIGTERM, or the monitor's early stop. Episodes stop
+    starting, the running ones are cancelled (finished samples are already on disk), and the cause is
+    kept for the summary. A second signal exits at once."""
 
-    A second signal exits at once: every finished sample is already flushed to ``samples.jsonl``."""
-
-    def __init__(self, tasks: list[asyncio.Task[None]], abort_event: asyncio.Event) -> None:
-        self.tasks = tasks
+    def __init__(self, abort_event: asyncio.Event) -> None:
         self.abort_event = abort_event
+        self.tasks: list[asyncio.Task[None]] = []
         self.signal_name: str | None = None
+        self.reason: str | None = None
 
     def __call__(self, signal_name: str) -> None:
         if self.signal_name is not None:  # a second Ctrl-C: stop now (finished samples are on disk)
             print(f"{signal_name} again: exiting without a summary", file=sys.stderr, flush=True)
             os._exit(128 + int(getattr(signal, signal_name)))
         self.signal_name = signal_name
+        self._cancel()
+
+    def early(self, reason: str) -> None:
+        """Stop because the run cannot succeed (the first reason is kept)."""
+        if self.reason is None and self.signal_name is None:
+            self.reason = reason
+            self._cancel()
+
+    def _cancel(self) -> None:
         self.abort_event.set()
         for task in self.tasks:
             task.cancel()
@@ -416,19 +421,27 @@ class _Interrupt:
                 loop.remove_signal_handler(sig)
 
 
+async def _watch(monitor: RunMonitor, stop: _RunStop) -> None:
+    """Once a second: the monitor's live line and its early stop on a server that fails everything."""
+    while True:
+        await asyncio.sleep(1.0)
+        monitor.tick()
+        if monitor.stop_reason:
+            stop.early(monitor.stop_reason)
+
+
 async def run_rollout(options: RolloutOptions) -> dict[str, Any]:
     """Generate + reward every (prompt, sample) pair not yet in ``samples.jsonl``; write the summary.
 
     Returns:
-        The summary (also in ``summary.json``/``summary.md``); ``summary["interrupted"]`` names the
-        signal when one stopped the run.
+        The summary (also in ``summary.json``/``summary.md`` when a sample was saved);
+        ``summary["interrupted"]`` names the signal that stopped the run, ``summary["stopped"]`` why
+        it stopped early, ``summary["saved"]`` whether ``out`` holds samples.
 
     Raises:
-        RolloutError: bad options, data, config, tokenizer or server, or a ``--resume`` file that is
-            not this run's; all are found before any episode starts.
+        RolloutError: bad options, output directory, data, config, tokenizer or server, or a
+            ``--resume`` file that is not this run's; all are found before anything is written.
     """
-    from tqdm.auto import tqdm
-
     from strands_slime import config as config_module
     from strands_slime.reward.dapo import reward_func
     from strands_slime.rollout.episode import generate
@@ -436,13 +449,14 @@ async def run_rollout(options: RolloutOptions) -> dict[str, Any]:
     from strands_slime.rollout.slime_compat import sample_class, status_name
 
     options.validate()
-    samples_path = options.out / "samples.jsonl"
-    rows, finished = await asyncio.to_thread(_prepare_files, options, samples_path)
-    done = _check_resumable(finished, rows, options)
+    run_dir = RunDir(options.out)
+    rows, lines, finished = await asyncio.to_thread(_read_inputs, options, run_dir)
+    retry = _check_resumable(finished, rows, options)
+    records = [record for number, record in finished if number not in retry]
+    done = {(record["group_index"], record["sample_index"]) for record in records}
     plan = [(group_index, k) for group_index in range(len(rows)) for k in range(options.n_samples)]
     todo = [key for key in plan if key not in done]
     sample_cls = sample_class()
-    interrupt: _Interrupt | None = None
     try:  # the config and a local tokenizer are checked before an embedded server starts
         config = config_module.get_rollout_config(slime_args(options, "http://127.0.0.1:0", None))
     except config_module.ConfigError as exc:
@@ -451,7 +465,6 @@ async def run_rollout(options: RolloutOptions) -> dict[str, Any]:
     async with _server(options) as url:
         model_info = await probe_server(url, options.health_timeout_s)
         tokenizer = tokenizer or await _resolve_tokenizer(options, model_info)
-        started = time.perf_counter()
         args = slime_args(options, url, tokenizer)
         args.strands_slime = config
         if options.keep_transcript and not config.keep_transcript:
@@ -461,14 +474,20 @@ async def run_rollout(options: RolloutOptions) -> dict[str, Any]:
         abort_event = asyncio.Event()
         args.abort_event = abort_event
         semaphore = asyncio.Semaphore(options.concurrency)
-        progress = tqdm(
-            total=len(rows) * options.n_samples,
-            initial=len(plan) - len(todo),
-            desc="rollout",
-            unit="sample",
-            disable=options.quiet,
+        monitor = RunMonitor(
+            total=len(plan),
+            done=len(plan) - len(todo),
+            todo=len(todo),
+            concurrency=options.concurrency,
+            unhealthy_timeout_s=options.unhealthy_timeout_s,
+            server=options.base_url or f"embedded dev server ({options.backend})",
+            quiet=options.quiet,
         )
-        with samples_path.open("a" if options.resume else "w", encoding="utf-8") as output:
+        stop = _RunStop(abort_event)
+        ran: list[dict[str, Any]] = []
+        output = run_dir.open_for_run(overwrite=options.overwrite, retry_lines=retry, lines=lines)
+        started = time.perf_counter()
+        with output, run_logging(options.out / LOG, monitor):
 
             async def one(group_index: int, k: int) -> None:
                 row = rows[group_index]
@@ -486,276 +505,77 @@ async def run_rollout(options: RolloutOptions) -> dict[str, Any]:
                     await generate(args, sample, params, evaluation=options.evaluation)
                     if sample.reward is None and status_name(sample) != "aborted":
                         sample.reward = await reward_func(args, sample)
-                if status_name(sample) == "aborted":  # only an interrupt aborts here; rerun it on --resume
+                if status_name(sample) == "aborted":  # only a stop aborts here; rerun it on --resume
                     return
-                _append(output, sample_record(sample, k), finished)
-                progress.update(1)
+                record = sample_record(sample, k)
+                _append(output, record)
+                ran.append(record)
+                monitor.sample_finished(record)
+                if monitor.stop_reason:
+                    stop.early(monitor.stop_reason)
 
-            tasks = [asyncio.create_task(one(g, k)) for g, k in todo]
-            interrupt = _Interrupt(tasks, abort_event)
+            stop.tasks = [asyncio.create_task(one(g, k)) for g, k in todo]
+            watcher = asyncio.create_task(_watch(monitor, stop))
             try:
-                with interrupt.installed():
-                    results = await asyncio.gather(*tasks, return_exceptions=True)
+                with stop.installed():
+                    results = await asyncio.gather(*stop.tasks, return_exceptions=True)
             finally:  # also after SIGINT/SIGTERM: no episode executor worker outlives the run
+                watcher.cancel()
+                monitor.close()
                 await shutdown_executors()
-            progress.close()
         for result in results:
             if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
                 raise result
     wall = time.perf_counter() - started
-    planned = [r for r in finished if r["group_index"] < len(rows) and r["sample_index"] < options.n_samples]
-    summary = build_summary(options, rows, planned, wall, params, config, tokenizer)
-    summary["interrupted"] = interrupt.signal_name if interrupt else None
-    write_summary(options.out, summary)
-    if options.wandb and not summary["interrupted"]:
-        await asyncio.to_thread(log_to_wandb, options, summary)
+    records += ran
+    summary = build_summary(options, rows, records, ran, wall, params, config, tokenizer, package_versions())
+    summary["interrupted"] = stop.signal_name
+    summary["stopped"] = stop.reason
+    summary["saved"] = not await asyncio.to_thread(run_dir.discard_if_unused)
+    if summary["saved"]:
+        await asyncio.to_thread(write_summary, options.out, summary)
     return summary
 
 
-def _prepare_files(
-    options: RolloutOptions, samples_path: Path
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _read_inputs(
+    options: RolloutOptions, run_dir: RunDir
+) -> tuple[list[dict[str, Any]], SampleLines | None, list[tuple[int, dict[str, Any]]]]:
     """The dataset rows and, with ``resume``, the samples already written (file work, off the loop)."""
     rows = load_rows(options.data, options.input_key, options.label_key, options.limit)
-    options.out.mkdir(parents=True, exist_ok=True)
-    return rows, _read_finished(samples_path) if options.resume else []
+    if not options.resume or not run_dir.samples.is_file():
+        return rows, None, []
+    lines = SampleLines(run_dir.samples)
+    return rows, lines, _read_finished(lines)
 
 
 def _check_resumable(
-    finished: list[dict[str, Any]], rows: list[dict[str, Any]], options: RolloutOptions
-) -> set[tuple[int, int]]:
-    done: set[tuple[int, int]] = set()
-    for record in finished:
+    finished: list[tuple[int, dict[str, Any]]], rows: list[dict[str, Any]], options: RolloutOptions
+) -> set[int]:
+    """Refuse samples of another dataset or outside this run's plan; return the lines to run again
+    (the failed samples)."""
+    samples_path = options.out / "samples.jsonl"
+    retry: set[int] = set()
+    for number, record in finished:
         group, k = record.get("group_index"), record.get("sample_index")
         if not isinstance(group, int) or not isinstance(k, int):
-            raise RolloutError(f"{options.out / 'samples.jsonl'}: a record has no group_index/sample_index")
-        if group < len(rows) and record.get("prompt") != rows[group][options.input_key]:
+            raise RolloutError(f"{samples_path}:{number}: a record has no group_index/sample_index")
+        if group >= len(rows) or k >= options.n_samples:
             raise RolloutError(
-                f"{options.out / 'samples.jsonl'} holds other prompts than {options.data} "
+                f"{samples_path} holds sample {k} of prompt {group}, outside this run's {len(rows)} "
+                f"prompts x {options.n_samples} samples (its summary would disagree with the file): "
+                "resume with at least the earlier --limit and --n-samples, or use another --out"
+            )
+        if record.get("prompt") != rows[group][options.input_key]:
+            raise RolloutError(
+                f"{samples_path} holds other prompts than {options.data} "
                 f"(prompt {group} differs): use another --out or drop --resume"
             )
-        done.add((group, k))
-    return done
+        if failed(record):
+            retry.add(number)
+    return retry
 
 
-def _append(output: TextIO, record: dict[str, Any], finished: list[dict[str, Any]]) -> None:
+def _append(output: TextIO, record: dict[str, Any]) -> None:
     """One line per finished sample, flushed at once (a few KB to the page cache: no loop stall)."""
     output.write(json.dumps(record, ensure_ascii=False) + "\n")
     output.flush()
-    finished.append(record)
-
-
-def build_summary(
-    options: RolloutOptions,
-    rows: list[dict[str, Any]],
-    records: list[dict[str, Any]],
-    wall: float,
-    params: dict[str, Any],
-    config: Any,
-    tokenizer: str,
-) -> dict[str, Any]:
-    """The run's summary: evaluation (accuracy, pass@k), agent metrics, failures, throughput and settings.
-
-    Args:
-        options: the run's settings.
-        rows: the dataset rows (for the expected sample count).
-        records: the finished ``samples.jsonl`` records this run planned (resumed ones included).
-        wall: seconds the episodes took.
-        params: the sampling params sent.
-        config: the rollout config (a pydantic model; dumped as JSON).
-        tokenizer: the tokenizer path used.
-    """
-    from strands_slime.reward.eval_metrics import record_from_sample, summarize
-    from strands_slime.rollout.metrics import compute_rollout_metrics
-    from strands_slime.rollout.slime_compat import Sample
-
-    samples = [Sample.from_dict(record) for record in records]
-    eval_records = [record_from_sample(s) for s in samples]
-    for eval_record, record in zip(eval_records, records, strict=True):
-        if record.get("remove_sample"):
-            eval_record["status"] = "failed"
-    evaluation = summarize(eval_records, exclude_statuses=("aborted", "failed"))
-    model_tokens = sum(sum(r.get("loss_mask") or []) for r in records)
-    failed = sum(1 for r in records if _failed(r))
-    settings = {
-        key: value for key, value in asdict(options).items() if key not in ("quiet", "resume", "wandb")
-    }
-    return {
-        "data": str(options.data),
-        "samples": len(records),
-        "expected_samples": len(rows) * options.n_samples,
-        "prompts": len(rows),
-        "n_samples_per_prompt": options.n_samples,
-        "server": options.base_url or f"embedded dev server ({options.backend})",
-        "failures": {
-            "failed": failed,
-            "rate": failed / len(records) if records else 0.0,
-            "max_rate": options.max_failure_rate,
-            "top_reasons": [{"reason": reason, "count": count} for reason, count in failure_reasons(records)],
-        },
-        "evaluation": evaluation.as_dict(),
-        "agent": compute_rollout_metrics(samples),
-        "throughput": {
-            "wall_seconds": round(wall, 3),
-            "samples_per_second": round(len(records) / wall, 3) if wall else None,
-            "model_tokens_per_second": round(model_tokens / wall, 1) if wall else None,
-            "model_tokens": model_tokens,
-            "total_tokens": sum(len(r.get("tokens") or []) for r in records),
-        },
-        "sampling_params": params,
-        "options": json.loads(json.dumps(settings, default=str)),
-        "config": config.model_dump(mode="json") if hasattr(config, "model_dump") else None,
-        "tokenizer": tokenizer,
-        "versions": package_versions(),
-        "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}",
-        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-    }
-
-
-def write_summary(out: Path, summary: dict[str, Any]) -> None:
-    """Write ``summary.json`` and ``summary.md`` into ``out``."""
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    (out / "summary.md").write_text(summary_markdown(summary), encoding="utf-8")
-
-
-def summary_markdown(summary: dict[str, Any]) -> str:
-    """``summary.md``: the summary's evaluation, agent, throughput, failure and version tables."""
-    agent = summary["agent"]
-    throughput = summary["throughput"]
-    evaluation = summary["evaluation"]
-    lines = [
-        f"# Rollout summary: {summary['data']}",
-        "",
-        f"{summary['samples']} samples ({summary['prompts']} prompts x {summary['n_samples_per_prompt']}) "
-        f"on {summary['server']}, {summary['date']}, {summary['machine']}.",
-        "",
-    ]
-    if summary.get("interrupted"):
-        lines += [
-            f"Interrupted by {summary['interrupted']}: {summary['samples']} of "
-            f"{summary['expected_samples']} samples finished.",
-            "",
-        ]
-    lines += ["| evaluation | value |", "|---|---|"]
-    for key, value in evaluation.items():
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            lines.append(f"| {key} | {value:.4f} |" if isinstance(value, float) else f"| {key} | {value} |")
-    lines += ["", "| agent | value |", "|---|---|"]
-    for key in sorted(agent):
-        value = agent[key]
-        lines.append(f"| {key} | {value:.4f} |" if isinstance(value, float) else f"| {key} | {value} |")
-    lines += ["", "| throughput | value |", "|---|---|"]
-    lines += [f"| {key} | {value} |" for key, value in throughput.items()]
-    failures = summary["failures"]
-    if failures["failed"]:
-        lines += ["", "| failure reason | samples |", "|---|---|"]
-        lines += [f"| {item['reason']} | {item['count']} |" for item in failures["top_reasons"]]
-    lines += ["", "| version | |", "|---|---|"]
-    lines += [f"| {name} | {version or 'not installed'} |" for name, version in summary["versions"].items()]
-    return "\n".join(lines) + "\n"
-
-
-def print_summary(summary: dict[str, Any], out: Path, stream: TextIO | None = None) -> None:
-    """A few lines for the terminal (accuracy, statuses, tool use, throughput, failures, file paths).
-
-    Args:
-        summary: what :func:`build_summary` returned.
-        out: the run's output directory (its files are named).
-        stream: where to print (default: stdout).
-    """
-    stream = stream or sys.stdout
-    evaluation = summary["evaluation"]
-    agent = summary["agent"]
-    throughput = summary["throughput"]
-    accuracy = evaluation.get("accuracy")
-
-    def say(text: str) -> None:
-        print(text, file=stream)
-
-    say(f"samples: {summary['samples']}  prompts: {summary['prompts']}  server: {summary['server']}")
-    if accuracy is not None:
-        passes = "  ".join(
-            f"{k}={v:.3f}" for k, v in evaluation.items() if k.startswith(("pass@", "avg@")) and v is not None
-        )
-        say(f"accuracy: {accuracy:.3f}  {passes}")
-    statuses = "  ".join(f"{k.split('/', 1)[1]}={v:.2f}" for k, v in agent.items() if k.startswith("status/"))
-    say(f"statuses: {statuses}")
-    say(
-        f"tool calls/episode: {agent.get('tool_calls/mean', 0):.2f}  parse errors/episode: "
-        f"{agent.get('parse_errors/mean', 0):.2f}  sandbox s/episode: {agent.get('sandbox_seconds/mean', 0):.3f}"
-    )
-    say(
-        f"wall: {throughput['wall_seconds']} s  samples/s: {throughput['samples_per_second']}  "
-        f"model tokens/s: {throughput['model_tokens_per_second']}"
-    )
-    print_failures(summary, stream)
-    say(f"results: {out / 'samples.jsonl'}\nsummary: {out / 'summary.json'} and {out / 'summary.md'}")
-
-
-def print_failures(summary: dict[str, Any], stream: TextIO) -> None:
-    """The failed-sample count and its top reasons; nothing when no sample failed."""
-    failures = summary["failures"]
-    if not failures["failed"]:
-        return
-    print(
-        f"failed: {failures['failed']} of {summary['samples']} ({failures['rate']:.1%}); top reasons:",
-        file=stream,
-    )
-    for item in failures["top_reasons"]:
-        print(f"  {item['count']:>6}  {item['reason']}", file=stream)
-
-
-# --------------------------------------------------------------------------- W&B
-
-
-def flat_metrics(summary: dict[str, Any]) -> dict[str, float]:
-    """Numeric summary values as ``section/key``; zeros stay (a missing key is a gap in W&B's charts)."""
-    flat: dict[str, float] = {}
-    for section in ("evaluation", "agent", "throughput"):
-        for key, value in (summary.get(section) or {}).items():
-            if isinstance(value, bool):
-                flat[f"{section}/{key}"] = float(value)
-            elif isinstance(value, (int, float)):
-                flat[f"{section}/{key}"] = float(value)
-    flat["failures/failed"] = float(summary["failures"]["failed"])
-    flat["failures/rate"] = float(summary["failures"]["rate"])
-    return flat
-
-
-def log_to_wandb(options: RolloutOptions, summary: dict[str, Any]) -> str:
-    """Log the run's metrics and settings to W&B (``WANDB_MODE=offline`` works).
-
-    Returns:
-        The W&B run directory.
-
-    Raises:
-        RolloutError: wandb is not installed or cannot start a run (the results are already written).
-    """
-    try:
-        import wandb
-    except ImportError as exc:
-        raise RolloutError("--wandb needs wandb: pip install 'strands-slime[wandb]'") from exc
-    try:
-        run = wandb.init(
-            project=options.wandb_project,
-            name=options.wandb_run_name,
-            dir=str(options.out),
-            job_type="rollout",
-            config={
-                "sampling_params": summary["sampling_params"],
-                "options": summary["options"],
-                "rollout_config": summary["config"],
-                "versions": summary["versions"],
-            },
-        )
-    except Exception as exc:  # no API key, no network in online mode, ...: the results are written
-        raise RolloutError(
-            f"W&B logging failed ({exc}); the results are in {options.out} (WANDB_MODE=offline logs locally)"
-        ) from exc
-    try:
-        metrics = flat_metrics(summary)
-        run.log(metrics)
-        run.summary.update(metrics)
-        return str(run.dir)
-    finally:
-        run.finish()
