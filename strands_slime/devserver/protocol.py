@@ -13,9 +13,9 @@ import os
 import random
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError, field_validator
 
 TOP_K_ALL = 1 << 30
 """SGLang's default ``top_k``: the whole vocabulary."""
@@ -72,7 +72,13 @@ def validation_error(exc: ValidationError, model: str) -> ProtocolError:
     return ProtocolError.pydantic(f"{len(parts)} validation error{plural} for {model}: " + "; ".join(parts))
 
 
-Number = int | float
+def _json_number(value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError("Input should be a valid number")
+    return value
+
+
+Number = Annotated[int | float, BeforeValidator(_json_number)]
 """A JSON number kept as sent: SGLang's messages print ``-1``, not ``-1.0``."""
 
 

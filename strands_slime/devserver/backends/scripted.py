@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import collections
 import json
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,7 +40,6 @@ DEFAULT_PREFIX_CACHE_TOKENS = 2_000_000
 _MASK64 = (1 << 64) - 1
 MAX_CONTINUATIONS = 4096
 """Cut-short replies remembered for continuation (oldest forgotten first)."""
-_HALF = math.log(0.5)
 
 
 class ScriptError(ValueError):
@@ -294,6 +292,11 @@ class ScriptedBackend(Backend):
         Raises:
             ProtocolError: no rule matches, or the reply violates the request's constraint.
         """
+        if request.top_logprobs_num or request.token_ids_logprob:
+            raise ProtocolError.value(
+                "The scripted backend has no distribution for top_logprobs_num or token_ids_logprob; "
+                "use the hf backend."
+            )
         await self.compile_grammar(request)
         continuation = self._continuations.pop(prompt_key(request.input_ids), None)
         if continuation is not None:
@@ -393,25 +396,7 @@ class _ScriptedGeneration(Generation):
         if request.wants_input_logprobs:
             start = request.logprob_start_len
             result.input_logprobs = scripted_input_logprobs(request.input_ids, start)
-            positions = range(start, request.prompt_tokens)
-            if request.top_logprobs_num:
-                result.input_top_logprobs = [
-                    None if pos == start else self._top(0, pos, request.input_ids[pos]) for pos in positions
-                ]
-            if request.token_ids_logprob:
-                result.input_token_ids_logprobs = [
-                    None if pos == start else self._ids(0, pos) for pos in positions
-                ]
         return result
-
-    def _top(self, key: int, position: int, token: int) -> list[tuple[float, int]]:
-        """Synthetic top-k: the emitted token first, then halving probabilities (sum stays below 1)."""
-        first = scripted_logprob(key, position, token)
-        vocab = self.backend.vocab_size
-        return [(first + i * _HALF, (token + i) % vocab) for i in range(self.request.top_logprobs_num)]
-
-    def _ids(self, key: int, position: int) -> list[tuple[float, int]]:
-        return [(scripted_logprob(key, position, tok), tok) for tok in self.request.token_ids_logprob or []]
 
     async def next_tokens(self, limit: int) -> list[TokenStep]:
         chunk = self.reply[self.position : self.position + max(1, limit)]
@@ -422,10 +407,6 @@ class _ScriptedGeneration(Generation):
         for offset, tok in enumerate(chunk):
             position = start + offset
             step = TokenStep(token_id=tok, logprob=scripted_logprob(key, position, tok))
-            if request.top_logprobs_num:
-                step.top_logprobs = self._top(key, position, tok)
-            if request.token_ids_logprob:
-                step.token_ids_logprobs = self._ids(key, position)
             if request.return_top_p_token_ids:  # synthetic nucleus: the token and 0-2 of its neighbours
                 step.top_p_ids = [(tok + i) % self.backend.vocab_size for i in range(1 + position % 3)]
             steps.append(step)
