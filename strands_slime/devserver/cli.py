@@ -16,16 +16,20 @@ URL_LINE_PREFIX = "DEVSERVER_URL="
 """The line on stdout that carries the bound URL: ``DEVSERVER_URL=http://127.0.0.1:PORT``."""
 
 
-SERVER_OPTIONS = ("host", "port", "script", "model", "tokenizer", "context_length", "max_running_requests")
-SERVER_OPTIONS += (
+SERVER_OPTIONS = (
+    "host",
+    "port",
+    "script",
+    "model",
+    "tokenizer",
+    "context_length",
+    "max_running_requests",
     "max_total_tokens",
     "weight_version",
     "latency",
     "token_latency",
     "seed",
     "request_log_size",
-)
-SERVER_OPTIONS += (
     "speculative_algorithm",
     "speculative_num_draft_tokens",
     "constrained_json_disable_any_whitespace",

@@ -54,7 +54,7 @@ def _import_xgrammar() -> Any:
     except ImportError:
         raise ProtocolError.value(
             "Constrained decoding (json_schema, regex, ebnf) on the dev server needs xgrammar: "
-            "pip install 'strands-slime[devserver]'"
+            "pip install 'strands-slime[grammar]'"
         ) from None
     return xgrammar
 
