@@ -87,7 +87,7 @@ def test_subprocess_failure_carries_stderr(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text("[]")
     with (
-        pytest.raises(RuntimeError, match="non-empty list of rules"),
+        pytest.raises(RuntimeError, match="rules: List should have at least 1 item"),
         DevServerProcess(["--script", str(bad)]),
     ):
         pass

@@ -141,17 +141,6 @@ async def test_temperature_scales_the_reported_logprobs(client, model):
     assert_close(response.output_logprobs, expected)
 
 
-async def test_return_original_logprob_ignores_temperature(model):
-    async with DevServer("hf", model=model, return_original_logprob=True) as server:
-        async with SGLangClient(server.url, max_retries=0) as client:
-            prompt = prompt_ids(20, offset=4)
-            response = await client.generate(
-                prompt, {"max_new_tokens": 5, "temperature": 0.5, "ignore_eos": True}
-            )
-    full = full_forward_logprobs(model, prompt + response.output_ids)
-    assert_close(response.output_logprobs, full[len(prompt) - 1 :])
-
-
 async def test_logit_bias_and_min_new_tokens(client):
     prompt = prompt_ids(10, offset=6)
     forced = await client.generate(prompt, {"max_new_tokens": 8, "logit_bias": {"151645": 100.0}})

@@ -20,7 +20,6 @@ from strands_slime.provider.client import (
     SGLangConnectionError,
     SGLangContextLengthError,
     SGLangHTTPError,
-    SGLangThrottledError,
 )
 
 pytestmark = pytest.mark.unit
@@ -113,9 +112,7 @@ async def server():
 @pytest.fixture
 async def slow_server():
     """One request runs at a time, one token every 20 ms: aborts land mid-generation."""
-    async with DevServer(
-        "scripted", script=SCRIPT, token_latency=0.02, max_running_requests=1, max_queued_requests=2
-    ) as srv:
+    async with DevServer("scripted", script=SCRIPT, token_latency=0.02, max_running_requests=1) as srv:
         yield srv
 
 
@@ -197,51 +194,14 @@ async def test_e1_invalid_json_body(server):
     assert status == 400 and body["type"] == "Bad Request" and "JSON" in body["message"]
 
 
-async def test_e1_comes_before_e2(server):
-    status, body = await post(server, {"input_ids": "x", "sampling_params": {"foo": 1}})
-    assert status == 400 and body["type"] == "Bad Request"
-
-
-async def test_e2_unknown_sampling_param(server):
-    """SGLang 0.5.23 ``sglang/api/v1/api_types.py`` ``decode_SamplingParams`` / ``_unknown_field``."""
-    status, body = await post(server, {"input_ids": [1, 2], "sampling_params": {"foo": 1}})
-    assert status == 400 and set(body) == {"error"}
-    assert body["error"] == (
-        "unknown field `foo`, expected one of `max_new_tokens`, `stop`, `stop_token_ids`, `stop_regex`, "
-        "`temperature`, `top_p`, `top_k`, `min_p`, `frequency_penalty`, `presence_penalty`, "
-        "`repetition_penalty`, `min_new_tokens`, `n`, `json_schema`, `regex`, `ebnf`, `structural_tag`, "
-        "`ignore_eos`, `skip_special_tokens`, `spaces_between_special_tokens`, `no_stop_trim`, "
-        "`stream_interval`, `logit_bias`, `sampling_seed`, `custom_params`, `beam_width`, `watermark`, "
-        "`choice`"
-    )
-
-
 @pytest.mark.parametrize(
-    ("params", "message"),
-    [
-        ({"max_new_tokens": 1.5}, "invalid type: floating point `1.5`, expected i64"),
-        ({"max_new_tokens": 2.0}, "invalid type: floating point `2.0`, expected i64"),
-        ({"ignore_eos": 1}, "invalid type: integer `1`, expected a boolean"),
-        ({"temperature": "hot"}, 'invalid type: string "hot", expected f64'),
-        ({"stop_token_ids": 5}, "invalid type: integer `5`, expected a sequence"),
-        ({"stop": 5}, "invalid type: integer `5`, expected a value or an array of values for StringOrList"),
-        ({"stop": ["a", 5]}, "invalid type: integer `5`, expected a string"),
-        ({"temperature": 'a"b'}, 'invalid type: string "a"b", expected f64'),
-        ({"top_k": 1e20}, "invalid type: floating point `1e+20`, expected i64"),
-        ({"watermark": True}, "invalid type: boolean `true`, expected struct WatermarkRequestConfig"),
-        ({"choice": "a"}, 'invalid type: string "a", expected a sequence'),
-        ({"json_schema": {"type": "object"}}, "invalid type: map, expected a string"),
-    ],
+    "params", [{"foo": 1}, {"max_new_tokens": 1.5}, {"ignore_eos": 1}, {"stop": 5}, {"watermark": True}]
 )
-async def test_e2_wrong_json_types(server, params, message):
-    """SGLang 0.5.23 ``sglang/api/v1/api_types.py`` ``_unexpected`` / ``_invalid_type`` wording."""
+async def test_wrong_sampling_params_are_400s_naming_the_field(server, params):
+    """Unknown keys and wrong JSON types (SGLang's wording is compared with the real server's in the
+    SGLang lane, not reimplemented)."""
     status, body = await post(server, {"input_ids": [1, 2], "sampling_params": params})
-    assert (status, body) == (400, {"error": message})
-
-
-async def test_e2_comes_before_e3(server):
-    status, body = await post(server, {"sampling_params": {"foo": 1}})  # no prompt either
-    assert status == 400 and "unknown field" in body["error"]
+    assert status == 400 and f"SamplingParams: {next(iter(params))}: " in body["message"]
 
 
 async def test_null_sampling_params_mean_defaults(server, qwen3_tokenizer):
@@ -343,8 +303,11 @@ async def test_routed_experts_start_len_out_of_range(server):
         ({"max_new_tokens": -1}, "max_new_tokens must be at least 0, got -1."),
         ({"regex": "a+", "ebnf": "x"}, "Only one of json_schema, regex, ebnf, or structural_tag can be set."),
         ({"stop": [str(i) for i in range(33)]}, "at most 32 stop strings are allowed, got 33"),
-        ({"stop_regex": [r"S\w+P"]}, "The dev server does not implement stop_regex; use stop strings."),
-        ({"stop_regex": "a"}, "The dev server does not implement stop_regex; use stop strings."),
+        (
+            {"stop_regex": [r"S\w+P"]},
+            "The dev server does not implement stop_regex; use a real SGLang server.",
+        ),
+        ({"stop_regex": "a"}, "The dev server does not implement stop_regex; use a real SGLang server."),
         ({"repetition_penalty": 0}, "repetition_penalty must be in (0, 2] (1.0 = no penalty), got 0."),
         ({"repetition_penalty": 2.5}, "repetition_penalty must be in (0, 2] (1.0 = no penalty), got 2.5."),
         ({"min_new_tokens": -1}, "min_new_tokens must be in [0, max_new_tokens], got -1."),
@@ -359,7 +322,7 @@ async def test_routed_experts_start_len_out_of_range(server):
         ({"beam_width": 0}, "beam_width must be at least 1, got 0."),
         (
             {"structural_tag": "{}"},
-            "The dev server does not implement constrained decoding (structural_tag); use a real SGLang server.",
+            "The dev server does not implement structural_tag; use a real SGLang server.",
         ),
     ],
 )
@@ -596,24 +559,11 @@ async def test_logprob_start_len_caps_prefix_reuse(server, client, qwen3_tokeniz
     assert (await client.generate(prompt, {})).cached_tokens == len(prompt) - 1
 
 
-async def test_top_logprobs_and_token_ids_logprob(server, qwen3_tokenizer):
-    payload = {
-        "input_ids": chat(qwen3_tokenizer, "hi"),
-        "return_logprob": True,
-        "top_logprobs_num": 3,
-        "token_ids_logprob": [5, 6],
-    }
-    status, body = await post(server, payload)
-    assert status == 200
-    meta, count = body["meta_info"], len(body["output_ids"])
-    assert len(meta["output_top_logprobs"]) == count
-    assert all(
-        len(row) == 3 and row[0][1] == tok
-        for row, tok in zip(meta["output_top_logprobs"], body["output_ids"], strict=False)
-    )
-    assert len(meta["output_token_ids_logprobs"]) == count
-    assert all([entry[1] for entry in row] == [5, 6] for row in meta["output_token_ids_logprobs"])
-    assert meta["input_top_logprobs"] == [] and meta["input_token_ids_logprobs"] == []
+@pytest.mark.parametrize("option", [{"top_logprobs_num": 3}, {"token_ids_logprob": [5, 6]}])
+async def test_scripted_backend_refuses_top_logprobs(server, option):
+    """Scripted logprobs are no distribution; the hf backend serves these (checked against SGLang)."""
+    status, body = await post(server, {"input_ids": [1, 2, 3], "return_logprob": True, **option})
+    assert status == 400 and "use the hf backend" in body["error"]["message"]
 
 
 # --------------------------------------------------------------------------- §7 limits and errors
@@ -765,22 +715,7 @@ async def test_health(server):
 
 async def test_model_info(server, client):
     info = await client.model_info()
-    assert list(info) == [
-        "model_path",
-        "served_model_name",
-        "tokenizer_path",
-        "is_generation",
-        "preferred_sampling_params",
-        "weight_version",
-        "load_format",
-        "reasoning_parser",
-        "tool_call_parser",
-        "disaggregation_mode",
-        "has_image_understanding",
-        "has_audio_understanding",
-        "model_type",
-        "architectures",
-    ]
+    assert info["tokenizer_path"] and info["model_path"] == "scripted:inline"
     assert info["is_generation"] is True and info["weight_version"] == "v7"
     assert (await get(server, "/get_model_info"))[1] == info
 
@@ -791,7 +726,7 @@ async def test_server_info(server, client):
     assert info["context_length"] == 4096  # set explicitly here
     assert info["max_req_input_len"] == 4096 - 1 - 5
     assert info["max_total_num_tokens"] > 4096
-    assert isinstance(info["internal_states"], list)
+    assert info["devserver"]["backend"] == "scripted"
     assert (await get(server, "/get_server_info"))[0] == 200
 
 
@@ -812,14 +747,9 @@ async def test_v1_loads_counts_running_and_waiting(slow_server, slow_client, qwe
     running = asyncio.create_task(slow_client.generate(chat(qwen3_tokenizer, "LONG"), {}))
     queued = asyncio.create_task(slow_client.generate(chat(qwen3_tokenizer, "LONG"), {}))
     await wait_until(lambda: slow_server.scheduler.num_waiting == 1)
-    _status, body = await get(slow_server, "/v1/loads?include=core")
-    # SGLang 0.5.23 srt/entrypoints/v1_loads.py get_loads, srt/managers/load_snapshot.py LoadSnapshot core keys
-    assert list(body) == ["timestamp", "version", "accelerator", "num_accelerators", "loads"]
+    _status, body = await get(slow_server, "/v1/loads?include=core")  # what slime polls after an abort
     load = body["loads"][0]
-    assert list(load)[:4] == ["timestamp", "dp_rank", "num_running_reqs", "num_waiting_reqs"]
     assert (load["num_running_reqs"], load["num_waiting_reqs"]) == (1, 1)
-    status, error = await get(slow_server, "/v1/loads?include=core,gpu")
-    assert status == 400 and error["code"] == 400 and "Invalid include sections" in error["message"]
     await slow_client.abort(abort_all=True)
     await asyncio.gather(running, queued)
     _status, body = await get(slow_server, "/v1/loads?include=core")
@@ -875,14 +805,6 @@ async def test_pause_blocks_generate_until_continue(server, client):
     assert not pending.done() and not server.scheduler.live
     await post(server, {}, "/continue_generation")
     assert (await asyncio.wait_for(pending, 30)).finish_reason.type == "stop"
-
-
-@pytest.mark.parametrize("mode", ["in_place", "retract"])
-async def test_pause_modes_that_hold_requests_are_refused(server, mode):
-    """SGLang's ``in_place``/``retract`` pauses are not emulated (nothing sends them): a clear 400."""
-    status, body = await post(server, {"mode": mode}, "/pause_generation")
-    assert status == 400 and f"pause_generation mode '{mode}'" in body["error"]["message"]
-    assert not server.scheduler.paused
 
 
 # --------------------------------------------------------------------------- §9 batches and n > 1
@@ -975,30 +897,6 @@ async def test_abort_queued_returns_queued_shape(slow_server, slow_client, qwen3
     await running
 
 
-async def test_queued_abort_lists_every_requested_logprob_key(slow_server, slow_client, qwen3_tokenizer):
-    """``TokenizerManager.add_logprob_to_meta_info`` runs for a queued abort too: top-k and
-    token-id logprob keys appear (empty) when requested."""
-    running = asyncio.create_task(slow_client.generate(chat(qwen3_tokenizer, "LONG"), {}, rid="r"))
-    await wait_until(lambda: slow_server.scheduler.num_running == 1)
-    payload = {"input_ids": [1, 2, 3], "rid": "q", "return_logprob": True, "top_logprobs_num": 2}
-    queued = asyncio.create_task(post(slow_server, {**payload, "token_ids_logprob": [5]}))
-    await wait_until(lambda: slow_server.scheduler.num_waiting == 1)
-    await slow_client.abort("q")
-    status, body = await queued
-    logprob_keys = [key for key in body["meta_info"] if "logprob" in key]
-    assert status == 200 and logprob_keys == [
-        "input_token_logprobs",
-        "output_token_logprobs",
-        "output_token_logprobs_length",
-        "input_top_logprobs",
-        "output_top_logprobs",
-        "input_token_ids_logprobs",
-        "output_token_ids_logprobs",
-    ]
-    await slow_client.abort("r")
-    await running
-
-
 async def test_abort_needs_an_exact_live_rid(slow_server, slow_client, qwen3_tokenizer):
     """SGLang 0.5.23 ``srt/managers/tokenizer_manager.py`` ``TokenizerManager.abort_request``:
     ``rid_to_state.get(rid)`` is None for a prefix or unknown rid, so nothing is sent to the
@@ -1035,24 +933,6 @@ async def test_exact_abort_also_takes_live_rids_it_prefixes(slow_server, slow_cl
     assert second.finish_reason.raw == {"type": "abort", "message": "Abort in waiting queue"}
 
 
-async def test_queue_full_is_503(slow_server, slow_client, qwen3_tokenizer):
-    prompt = chat(qwen3_tokenizer, "LONG")
-    tasks = [asyncio.create_task(slow_client.generate(prompt, {})) for _ in range(3)]  # 1 runs, 2 wait
-    await wait_until(lambda: slow_server.scheduler.num_waiting == 2)
-    with pytest.raises(SGLangThrottledError) as caught:
-        await slow_client.generate(prompt, {})
-    assert caught.value.status == 503
-    assert json.loads(caught.value.body) == {
-        "object": "error",
-        "message": "The request queue is full.",
-        "type": "503",
-        "param": None,
-        "code": 503,
-    }
-    await slow_client.abort(abort_all=True)
-    await asyncio.gather(*tasks)
-
-
 async def test_client_disconnect_aborts_the_request(slow_server, slow_client, qwen3_tokenizer):
     hung = asyncio.create_task(slow_client.generate(chat(qwen3_tokenizer, "LONG"), {}))
     await wait_until(lambda: slow_server.scheduler.num_running == 1)
@@ -1070,7 +950,7 @@ async def test_client_disconnect_aborts_the_request(slow_server, slow_client, qw
 async def test_streaming_is_refused_naming_the_field(server):
     """Streaming is not emulated (neither our client nor slime's default rollout streams)."""
     status, body = await post(server, {"input_ids": [1, 2, 3], "stream": True})
-    message = "The dev server does not implement streaming (stream: true); send stream: false or omit it."
+    message = "The dev server does not implement stream; send false or omit it."
     assert (status, body) == (400, {"error": {"message": message}})
     assert (await post(server, {"input_ids": [1, 2, 3], "stream": False}))[0] == 200
 

@@ -2,8 +2,8 @@
 
 Routes follow SGLang's native server (see docs/devserver.md); each delegates to the module that owns
 its concept: request validation (``protocol``, ``validation``), scheduling and aborts
-(``scheduler``), control bodies (``control``), status bodies (``info``) and the ``/dev/`` test hooks
-SGLang does not have (``request_log``, ``faults``).
+(``scheduler``), control bodies (``control``) and the ``/dev/`` test hooks SGLang does not have
+(``hooks``).
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import random
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,24 +24,21 @@ from strands_slime.devserver.backends.base import Backend
 from strands_slime.devserver.backends.factory import build_backend
 from strands_slime.devserver.control import (
     CONTINUED,
-    FLUSH_FAILED_TEXT,
     FLUSHED_TEXT,
     PAUSED,
-    WEIGHT_SOURCES,
-    parse_abort,
-    parse_pause,
-    parse_weight_update,
-    parse_weight_version,
+    WEIGHT_UPDATES,
+    AbortRequest,
+    PauseGeneration,
+    UpdateWeightVersion,
+    parse_body,
 )
-from strands_slime.devserver.hooks import TestHooks, dumps, error_reply, json_body, json_reply
-from strands_slime.devserver.info import SGLANG_VERSION, loads_body, model_info_body, models_body
+from strands_slime.devserver.hooks import Handler, TestHooks, dumps, json_body, json_reply, refusing
 from strands_slime.devserver.protocol import (
     ContextLimits,
     ParsedGenerate,
     ProtocolError,
     SpeculativeDecoding,
     parse_generate,
-    speculative_server_args,
 )
 from strands_slime.devserver.request import MoEShape
 from strands_slime.devserver.scheduler import Scheduler
@@ -53,6 +50,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 CLIENT_MAX_SIZE = 512 * 1024 * 1024
+SGLANG_VERSION = "0.5.23"
+"""The SGLang release whose protocol the dev server follows."""
 
 
 class DevServer:
@@ -77,56 +76,40 @@ class DevServer:
         tokenizer: Any = None,
         context_length: int | None = None,
         max_running_requests: int | None = None,
-        max_queued_requests: int | None = None,
         max_total_tokens: int | None = None,
         weight_version: str = "default",
         latency: float = 0.0,
         token_latency: float = 0.0,
         seed: int | None = None,
-        model_seed: int = 0,
-        served_model_name: str | None = None,
-        prefix_cache_tokens: int | None = None,
-        return_original_logprob: bool | None = None,
         request_log_size: int = 10_000,
         speculative_algorithm: str | None = None,
-        routed_experts: tuple[int, int] | tuple[int, int, int] | None = None,
         speculative_num_draft_tokens: int | None = None,
+        routed_experts: tuple[int, int] | tuple[int, int, int] | None = None,
         constrained_json_disable_any_whitespace: bool = False,
     ) -> None:
         if isinstance(backend, str) and backend not in ("scripted", "hf"):
             raise ValueError(f"backend must be 'scripted', 'hf' or a Backend instance, got {backend!r}")
-        if context_length is not None and context_length < 8:
-            raise ValueError(f"context_length must be at least 8, got {context_length}")
-        if max_total_tokens is not None and max_total_tokens < 8:
-            raise ValueError(f"max_total_tokens must be at least 8, got {max_total_tokens}")
+        for name, value in (("context_length", context_length), ("max_total_tokens", max_total_tokens)):
+            if value is not None and value < 8:
+                raise ValueError(f"{name} must be at least 8, got {value}")
         if latency < 0 or token_latency < 0:
             raise ValueError("latency and token_latency must be >= 0")
         self.moe = MoEShape.from_option(routed_experts)
         self.speculative = SpeculativeDecoding.from_options(
             speculative_algorithm, speculative_num_draft_tokens
         )
-        if return_original_logprob is None:
-            flag = os.environ.get("SGLANG_RETURN_ORIGINAL_LOGPROB", "")
-            return_original_logprob = flag.strip().lower() in ("1", "true", "yes", "on")
         self._backend_choice = backend
+        self._backend_options = {"script": script, "model": model, "tokenizer": tokenizer}
         self.host = host
         self.port = port
-        self._script = script
-        self._model = model
-        self._tokenizer_path = tokenizer
         self._context_length_arg = context_length
         self._max_running_arg = max_running_requests
-        self.max_queued_requests = max_queued_requests
         self._max_total_tokens_arg = max_total_tokens
         self.weight_version = weight_version
         self.latency = latency
         self.token_latency = token_latency
         self.seed = seed
-        self.model_seed = model_seed
-        self._served_model_name = served_model_name
-        self._prefix_cache_tokens = prefix_cache_tokens
-        self.return_original_logprob = return_original_logprob
-        self.constrained_json_disable_any_whitespace = constrained_json_disable_any_whitespace
+        self.json_any_whitespace = not constrained_json_disable_any_whitespace
         self.hooks = TestHooks(request_log_size)
         self._rng = random.Random(seed)
         self._runner: web.AppRunner | None = None
@@ -148,50 +131,37 @@ class DevServer:
         """
         if self._runner is not None:
             raise RuntimeError("this DevServer is already started")
-        if isinstance(self._backend_choice, Backend):
-            backend = self._backend_choice
-        else:
+        backend = self._backend_choice
+        if not isinstance(backend, Backend):
             backend = await asyncio.to_thread(
-                build_backend,
-                self._backend_choice,
-                script=self._script,
-                model=self._model,
-                tokenizer=self._tokenizer_path,
-                model_seed=self.model_seed,
-                context_length=self._context_length_arg,
-                prefix_cache_tokens=self._prefix_cache_tokens,
-                return_original_logprob=self.return_original_logprob,
+                build_backend, backend, context_length=self._context_length_arg, **self._backend_options
             )
         await backend.start()
         self.backend = backend
-        backend.json_any_whitespace = not self.constrained_json_disable_any_whitespace
+        backend.json_any_whitespace = self.json_any_whitespace
         context_length = self._context_length_arg or backend.default_context_length
-        max_total = self._max_total_tokens_arg or max(4 * context_length, 262_144)
         self.limits = ContextLimits(
             context_length=context_length,
-            max_total_tokens=max_total,
+            max_total_tokens=self._max_total_tokens_arg or max(4 * context_length, 262_144),
             reserved_tokens=self.speculative.reserved_tokens if self.speculative else 0,
         )
         self.scheduler = Scheduler(
             backend,
             max_running_requests=self._max_running_arg or backend.default_max_running_requests,
-            max_queued_requests=self.max_queued_requests,
             weight_version=lambda: self.weight_version,
             latency=self.latency,
             token_latency=self.token_latency,
         )
         runner = web.AppRunner(self._make_app(), handler_cancellation=True, access_log=None)
         await runner.setup()
-        site = web.TCPSite(runner, self.host, self.port)
         try:
-            await site.start()
+            await web.TCPSite(runner, self.host, self.port).start()
         except OSError:
             await runner.cleanup()
             await backend.close()
             raise
         self._runner = runner
-        address = runner.addresses[0]
-        self.port = int(address[1])
+        self.port = int(runner.addresses[0][1])
         host = f"[{self.host}]" if ":" in self.host else self.host
         self.url = f"http://{host}:{self.port}"
         self._started_at = time.time()
@@ -249,63 +219,44 @@ class DevServer:
 
     # ------------------------------------------------------------------ status
 
-    @property
-    def served_model_name(self) -> str:
-        """``--served-model-name``, else the model path."""
-        assert self.backend is not None
-        return self._served_model_name or str(self.backend.model_info().get("model_path"))
-
     def model_info(self) -> dict[str, Any]:
-        """The ``/model_info`` body."""
+        """The ``/model_info`` body (SGLang's keys)."""
         assert self.backend is not None
-        return model_info_body(
-            self.backend.model_info(),
-            served_model_name=self.served_model_name,
-            weight_version=self.weight_version,
-        )
+        return {
+            **self.backend.model_info(),
+            "is_generation": True,
+            "preferred_sampling_params": None,
+            "weight_version": self.weight_version,
+        }
 
     def server_info(self) -> dict[str, Any]:
         """The ``/server_info`` body: SGLang's keys for the options the dev server has, plus ``devserver``."""
         assert self.backend is not None and self.scheduler is not None and self.limits is not None
-        backend_info = self.backend.model_info()
+        no_speculation = dict.fromkeys(("algorithm", "num_steps", "eagle_topk", "num_draft_tokens"))
         return {
-            "model_path": backend_info.get("model_path"),
-            "tokenizer_path": backend_info.get("tokenizer_path"),
-            "served_model_name": self.served_model_name,
-            "host": self.host,
-            "port": self.port,
+            "model_path": self.backend.model_info().get("model_path"),
             "context_length": self._context_length_arg,
             "max_running_requests": self.scheduler.max_running_requests,
-            "max_queued_requests": self.max_queued_requests,
             "max_total_tokens": self._max_total_tokens_arg,
             "random_seed": self.seed,
             "weight_version": self.weight_version,
-            "skip_tokenizer_init": False,
-            "allow_auto_truncate": False,
-            "disable_radix_cache": False,
-            "preferred_sampling_params": None,
             "tp_size": 1,
             "dp_size": 1,
-            "page_size": 1,
             "device": "cpu",
-            **speculative_server_args(self.speculative),
+            **(
+                self.speculative.server_args()
+                if self.speculative
+                else {f"speculative_{key}": None for key in no_speculation}
+            ),
             "status": "ready" if self._ready else "starting",
             "max_total_num_tokens": self.limits.max_total_tokens,
             "max_req_input_len": self.limits.max_req_input_len,
-            "internal_states": [
-                {
-                    "last_gen_throughput": self.scheduler.gen_throughput(),
-                    "prefix_cache": self.backend.cache_stats(),
-                }
-            ],
             "version": SGLANG_VERSION,
             "devserver": {
                 "package_version": __version__,
                 "backend": self.backend.name,
-                "latency": self.latency,
-                "token_latency": self.token_latency,
-                "return_original_logprob": self.return_original_logprob,
                 "eos_token_ids": sorted(self.backend.eos_token_ids),
+                "prefix_cache": self.backend.cache_stats(),
             },
         }
 
@@ -313,32 +264,63 @@ class DevServer:
 
     def _make_app(self) -> web.Application:
         app = web.Application(client_max_size=CLIENT_MAX_SIZE)
+        status = {
+            "/model_info": self.model_info,
+            "/server_info": self.server_info,
+            "/v1/models": self._models,
+            "/v1/loads": self._loads,
+        }
         app.add_routes(
             [
                 web.post("/generate", self._handle_generate),
                 web.put("/generate", self._handle_generate),
                 web.get("/health", self._handle_health),
                 web.get("/health_generate", self._handle_health),
-                web.get("/model_info", self._handle_model_info),
-                web.get("/get_model_info", self._handle_model_info),
-                web.get("/server_info", self._handle_server_info),
-                web.get("/get_server_info", self._handle_server_info),
-                web.get("/v1/models", self._handle_models),
-                web.get("/v1/loads", self._handle_loads),
-                web.post("/abort_request", self._handle_abort),
+                *(web.get(path, self._status_handler(body)) for path, body in status.items()),
+                web.get("/get_model_info", self._status_handler(self.model_info)),
+                web.get("/get_server_info", self._status_handler(self.server_info)),
+                web.post("/abort_request", refusing(self._handle_abort)),
                 web.get("/flush_cache", self._handle_flush_cache),
                 web.post("/flush_cache", self._handle_flush_cache),
-                web.post("/update_weight_version", self._handle_update_weight_version),
+                web.post("/update_weight_version", refusing(self._handle_update_weight_version)),
                 *(
-                    web.post(f"/update_weights_from_{source}", self._handle_update_weights)
-                    for source in WEIGHT_SOURCES
+                    web.post(f"/update_weights_from_{source}", refusing(self._handle_update_weights))
+                    for source in WEIGHT_UPDATES
                 ),
-                web.post("/pause_generation", self._handle_pause),
+                web.post("/pause_generation", refusing(self._handle_pause)),
                 web.post("/continue_generation", self._handle_continue),
                 *self.hooks.routes(),
             ]
         )
         return app
+
+    @staticmethod
+    def _status_handler(body: Callable[[], dict[str, Any]]) -> Handler:
+        async def handle(request: web.Request) -> web.StreamResponse:
+            return json_reply(body())
+
+        return handle
+
+    def _models(self) -> dict[str, Any]:
+        """``/v1/models``: one model whose ``max_model_len`` is the context length."""
+        assert self.limits is not None
+        name = str(self.model_info().get("model_path"))
+        model = {"id": name, "object": "model", "created": int(self._started_at), "owned_by": "sglang"}
+        return {
+            "object": "list",
+            "data": [{**model, "root": name, "max_model_len": self.limits.context_length}],
+        }
+
+    def _loads(self) -> dict[str, Any]:
+        """``/v1/loads``: the request counts of SGLang's core section, which slime polls after an abort
+        (what else SGLang reports there is left out)."""
+        assert self.scheduler is not None
+        load = {
+            "dp_rank": 0,
+            "num_running_reqs": self.scheduler.num_running,
+            "num_waiting_reqs": self.scheduler.num_waiting,
+        }
+        return {"version": SGLANG_VERSION, "loads": [load]}
 
     async def _handle_generate(self, request: web.Request) -> web.StreamResponse:
         return await self.hooks.serve(request, self._generate_reply)
@@ -366,87 +348,50 @@ class DevServer:
             moe=self.moe,
             speculative=self.speculative,
         )
-        if parsed.n <= 1:  # SGLang answers n < 1 like n = 1
+        n = parsed.params.n
+        if n <= 1:  # SGLang answers n < 1 like n = 1
             return await self.scheduler.submit(base)
-        return await self.scheduler.submit_samples(base, parsed.n, lambda: self._next_seed(parsed))
+        return await self.scheduler.submit_samples(base, n, lambda: self._next_seed(parsed))
 
     async def _handle_health(self, request: web.Request) -> web.Response:
         return web.Response(status=200 if self._ready else 503)
 
-    async def _handle_model_info(self, request: web.Request) -> web.Response:
-        return json_reply(self.model_info())
-
-    async def _handle_server_info(self, request: web.Request) -> web.Response:
-        return json_reply(self.server_info())
-
-    async def _handle_models(self, request: web.Request) -> web.Response:
-        assert self.limits is not None
-        return json_reply(
-            models_body(
-                self.served_model_name, created=self._started_at, max_model_len=self.limits.context_length
-            )
-        )
-
-    async def _handle_loads(self, request: web.Request) -> web.Response:
-        assert self.scheduler is not None and self.limits is not None and self.backend is not None
-        try:
-            body = loads_body(
-                self.scheduler,
-                include=request.query.get("include"),
-                capacity=self.limits.max_total_tokens,
-                cache_hit_rate=self.backend.cache_stats().get("cache_hit_rate", 0.0),
-            )
-        except ProtocolError as exc:
-            return error_reply(exc)
-        return json_reply(body)
-
     async def _handle_abort(self, request: web.Request) -> web.Response:
         assert self.scheduler is not None
-        try:
-            rid, abort_all = parse_abort(await json_body(request))
-        except ProtocolError as exc:
-            return error_reply(exc)
-        self.scheduler.abort(rid, abort_all=abort_all)
+        body = parse_body(AbortRequest, await json_body(request))
+        self.scheduler.abort(body.rid, abort_all=body.abort_all)
         return web.Response(status=200)
 
     async def _handle_flush_cache(self, request: web.Request) -> web.Response:
         assert self.scheduler is not None and self.backend is not None
         if self.scheduler.live:  # SGLang's Scheduler.flush_cache refuses unless fully idle
-            return web.Response(status=400, text=FLUSH_FAILED_TEXT)
+            return web.Response(status=400, text="Flush cache failed.\n")
         self.backend.flush_cache()
         return web.Response(status=200, text=FLUSHED_TEXT)
 
     async def _handle_update_weight_version(self, request: web.Request) -> web.Response:
         assert self.scheduler is not None
-        try:
-            version, abort_all = parse_weight_version(await json_body(request))
-        except ProtocolError as exc:
-            return error_reply(exc)
-        if abort_all:
+        body = parse_body(UpdateWeightVersion, await json_body(request))
+        if body.abort_all_requests:
             self.scheduler.abort(abort_all=True)
-        self.weight_version = version
-        return json_reply(
-            {"success": True, "message": f"Weight version updated to {version}", "new_version": version}
-        )
+        self.weight_version = body.new_version
+        message = f"Weight version updated to {body.new_version}"
+        return json_reply({"success": True, "message": message, "new_version": body.new_version})
 
     async def _handle_update_weights(self, request: web.Request) -> web.Response:
         assert self.scheduler is not None
-        try:
-            update = parse_weight_update(request.path.rsplit("_", 1)[-1], await json_body(request))
-        except ProtocolError as exc:
-            return error_reply(exc)
+        model, message = WEIGHT_UPDATES[request.path.rsplit("_", 1)[-1]]
+        update = parse_body(model, await json_body(request))
         if update.abort_all_requests:
             self.scheduler.abort(abort_all=True)
         if update.weight_version is not None:
             self.weight_version = update.weight_version
-        return json_reply(update.reply())
+            message += f" Weight version updated to {update.weight_version}."
+        return json_reply({"success": True, "message": message, "num_paused_requests": 0})
 
     async def _handle_pause(self, request: web.Request) -> web.Response:
         assert self.scheduler is not None
-        try:
-            parse_pause(await json_body(request))
-        except ProtocolError as exc:
-            return error_reply(exc)
+        parse_body(PauseGeneration, await json_body(request))
         self.scheduler.pause()
         await self.scheduler.wait_until_idle()  # SGLang replies once the aborted requests ended
         return json_reply(PAUSED)

@@ -16,6 +16,27 @@ URL_LINE_PREFIX = "DEVSERVER_URL="
 """The line on stdout that carries the bound URL: ``DEVSERVER_URL=http://127.0.0.1:PORT``."""
 
 
+SERVER_OPTIONS = (
+    "host",
+    "port",
+    "script",
+    "model",
+    "tokenizer",
+    "context_length",
+    "max_running_requests",
+    "max_total_tokens",
+    "weight_version",
+    "latency",
+    "token_latency",
+    "seed",
+    "request_log_size",
+    "speculative_algorithm",
+    "speculative_num_draft_tokens",
+    "constrained_json_disable_any_whitespace",
+)
+"""The options passed to :class:`DevServer` as they are (``--routed-experts`` becomes a tuple)."""
+
+
 def _non_negative_float(text: str) -> float:
     value = float(text)
     if value < 0:
@@ -47,16 +68,12 @@ def build_parser(prog: str = "python -m strands_slime.devserver") -> argparse.Ar
     parser.add_argument(
         "--model", default=None, help="hf: local model directory (default: tiny random Qwen3)"
     )
-    parser.add_argument(
-        "--model-seed", type=int, default=0, help="hf: weight seed of the tiny Qwen3 (default 0)"
-    )
     parser.add_argument("--tokenizer", default=None, help="tokenizer directory (default: bundled Qwen3)")
     parser.add_argument("--script", default=None, help="scripted: script file (.json/.yaml)")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=_non_negative_int, default=30000, help="0 picks a free port")
     parser.add_argument("--context-length", type=_positive_int, default=None)
     parser.add_argument("--max-running-requests", type=_positive_int, default=None)
-    parser.add_argument("--max-queued-requests", type=_non_negative_int, default=None)
     parser.add_argument("--max-total-tokens", type=_positive_int, default=None, help="emulated KV capacity")
     parser.add_argument("--weight-version", default="default")
     parser.add_argument(
@@ -67,14 +84,6 @@ def build_parser(prog: str = "python -m strands_slime.devserver") -> argparse.Ar
     )
     parser.add_argument(
         "--seed", type=int, default=None, help="server sampling seed (requests without sampling_seed)"
-    )
-    parser.add_argument("--served-model-name", default=None)
-    parser.add_argument("--prefix-cache-tokens", type=_non_negative_int, default=None)
-    parser.add_argument(
-        "--return-original-logprob",
-        action="store_true",
-        default=None,
-        help="hf: logprobs before temperature (SGLANG_RETURN_ORIGINAL_LOGPROB)",
     )
     parser.add_argument(
         "--request-log-size", type=_positive_int, default=10_000, help="requests kept for GET /dev/requests"
@@ -126,31 +135,9 @@ async def _serve(args: argparse.Namespace) -> int:
         what = f"fault proxy in front of {args.upstream}"
     else:
         what = f"dev server ({args.backend} backend)"
-        server = DevServer(
-            args.backend,
-            host=args.host,
-            port=args.port,
-            script=args.script,
-            model=args.model,
-            tokenizer=args.tokenizer,
-            context_length=args.context_length,
-            max_running_requests=args.max_running_requests,
-            max_queued_requests=args.max_queued_requests,
-            max_total_tokens=args.max_total_tokens,
-            weight_version=args.weight_version,
-            latency=args.latency,
-            token_latency=args.token_latency,
-            seed=args.seed,
-            model_seed=args.model_seed,
-            served_model_name=args.served_model_name,
-            prefix_cache_tokens=args.prefix_cache_tokens,
-            return_original_logprob=args.return_original_logprob,
-            request_log_size=args.request_log_size,
-            speculative_algorithm=args.speculative_algorithm,
-            routed_experts=tuple(args.routed_experts) if args.routed_experts else None,
-            speculative_num_draft_tokens=args.speculative_num_draft_tokens,
-            constrained_json_disable_any_whitespace=args.constrained_json_disable_any_whitespace,
-        )
+        options = {name: getattr(args, name) for name in SERVER_OPTIONS}
+        routed = args.routed_experts
+        server = DevServer(args.backend, routed_experts=tuple(routed) if routed else None, **options)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):

@@ -4,7 +4,8 @@ One :class:`GrammarEngine` per server holds the tokenizer's xgrammar vocabulary 
 cache. Compiling runs on a worker thread; a grammar that does not compile is refused the way SGLang
 refuses it: a 400 ``{"error": {"message": "Failed to compile json grammar: ..."}}``. The ``hf``
 backend masks the logits with the matcher at every step; the ``scripted`` backend checks its reply
-against the same matcher and refuses a reply the grammar does not admit.
+against the same matcher and refuses a reply the grammar does not admit. Unlike SGLang, schemas using
+a feature xgrammar would not enforce (``uniqueItems``, ...) are not refused (docs/devserver.md).
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import collections
 import functools
 import json
 import threading
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from strands_slime.devserver.protocol import ProtocolError
@@ -47,91 +47,6 @@ def requested_grammar(params: SamplingParams) -> tuple[str, str] | None:
 ANY_JSON = "$$ANY$$"
 """``json_schema`` value SGLang maps to xgrammar's built-in grammar of any JSON value."""
 
-# SGLang 0.5.23 refuses JSON-schema features xgrammar 0.2 would silently not enforce
-# (sglang/srt/constrained/json_schema_validation.py); the dev server refuses the same ones.
-_IGNORED_KEYWORDS = frozenset(
-    {"contains", "dependentRequired", "dependentSchemas", "else", "if", "maxContains", "minContains"}
-    | {"multipleOf", "not", "then", "uniqueItems"}
-)
-_STRING_FORMATS = frozenset(
-    {"date", "date-time", "duration", "email", "hostname", "ipv4", "ipv6", "json-pointer"}
-    | {"relative-json-pointer", "time", "uri", "uri-reference", "uri-template", "uuid"}
-)
-_ONE_CHILD = ("additionalItems", "additionalProperties", "contains", "contentSchema", "else", "if", "items")
-_ONE_CHILD_MORE = ("not", "propertyNames", "then", "unevaluatedItems", "unevaluatedProperties")
-_CHILD_LISTS = ("allOf", "anyOf", "oneOf", "prefixItems")
-_CHILD_MAPS = ("$defs", "definitions", "dependentSchemas", "patternProperties", "properties", "dependencies")
-
-
-def _subschemas(schema: Any, pointer: str = "#") -> Iterator[tuple[dict[str, Any], str]]:
-    if not isinstance(schema, dict):
-        return
-    yield schema, pointer
-    for keyword in (*_ONE_CHILD, *_ONE_CHILD_MORE):
-        child = schema.get(keyword)
-        if isinstance(child, dict):
-            yield from _subschemas(child, f"{pointer}/{keyword}")
-        elif keyword == "items" and isinstance(child, list):
-            for index, item in enumerate(child):
-                yield from _subschemas(item, f"{pointer}/items/{index}")
-    for keyword in _CHILD_LISTS:
-        children = schema.get(keyword)
-        for index, child in enumerate(children if isinstance(children, list) else []):
-            yield from _subschemas(child, f"{pointer}/{keyword}/{index}")
-    for keyword in _CHILD_MAPS:
-        children = schema.get(keyword)
-        for name, child in (children if isinstance(children, dict) else {}).items():
-            escaped = str(name).replace("~", "~0").replace("/", "~1")
-            yield from _subschemas(child, f"{pointer}/{keyword}/{escaped}")
-
-
-def check_enforceable_schema(schema: Any) -> None:
-    """Raise ValueError, with SGLang's wording, for a schema xgrammar would only partly enforce."""
-    for node, pointer in _subschemas(schema):
-        prefix = f"JSON Schema at {pointer} is not supported by xgrammar: "
-        ignored = sorted(_IGNORED_KEYWORDS.intersection(node))
-        if ignored:
-            raise ValueError(prefix + f"keyword(s) {', '.join(ignored)} would be ignored")
-        kind = node.get("type")
-        if not (kind is None or kind == "string" or (isinstance(kind, list) and "string" in kind)):
-            continue
-        fmt = node.get("format")
-        if "format" in node and not (isinstance(fmt, str) and fmt in _STRING_FORMATS):
-            raise ValueError(prefix + f"string format {fmt!r} is not implemented")
-        groups = [
-            name
-            for name, present in (
-                ("format", "format" in node),
-                ("pattern", "pattern" in node),
-                ("minLength/maxLength", "minLength" in node or "maxLength" in node),
-            )
-            if present
-        ]
-        if len(groups) > 1:
-            raise ValueError(prefix + f"constraints {', '.join(groups)} cannot be enforced together")
-
-
-def _contains_nul(key_type: str, text: str) -> bool:
-    """A NUL in the text, or for JSON in any decoded string or key (``"\\u0000"`` escapes too)."""
-    if "\x00" in text:
-        return True
-    if key_type != "json":
-        return False
-    try:
-        pending = [json.loads(text)]
-    except ValueError:
-        return False  # the compile step reports malformed JSON
-    while pending:
-        node = pending.pop()
-        if isinstance(node, str) and "\x00" in node:
-            return True
-        if isinstance(node, dict):
-            pending.extend(node)
-            pending.extend(node.values())
-        elif isinstance(node, list):
-            pending.extend(node)
-    return False
-
 
 def _import_xgrammar() -> Any:
     try:
@@ -139,7 +54,7 @@ def _import_xgrammar() -> Any:
     except ImportError:
         raise ProtocolError.value(
             "Constrained decoding (json_schema, regex, ebnf) on the dev server needs xgrammar: "
-            "pip install 'strands-slime[devserver]'"
+            "pip install 'strands-slime[grammar]'"
         ) from None
     return xgrammar
 
@@ -184,12 +99,12 @@ class GrammarEngine:
 
     def _compile_sync(self, key_type: str, text: str) -> Any:
         compiler = self._compiler_sync()
-        if _contains_nul(key_type, text):  # SGLang refuses NUL bytes before compiling
+        if "\x00" in text:  # as SGLang: refused before xgrammar sees it
             raise ValueError(f"Invalid {key_type}: NUL bytes (\\u0000) are not allowed")
         if key_type == "json":
             if text == ANY_JSON:
                 return compiler.compile_builtin_json_grammar()
-            check_enforceable_schema(json.loads(text))
+            json.loads(text)  # as SGLang, which parses the schema first: a malformed one gets json's message
             return compiler.compile_json_schema(text, any_whitespace=self.json_any_whitespace)
         if key_type == "regex":
             return compiler.compile_regex(text)

@@ -44,6 +44,21 @@ def error_reply(exc: ProtocolError) -> web.Response:
     return json_reply(exc.body, exc.status)
 
 
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def refusing(handler: Handler) -> Handler:
+    """``handler``, answering a :class:`ProtocolError` it raises with SGLang's status and body."""
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except ProtocolError as exc:
+            return error_reply(exc)
+
+    return handle
+
+
 async def json_body(request: web.Request) -> Any:
     """The decoded body; an empty body is ``{}``.
 
@@ -83,25 +98,13 @@ class TestHooks:
         """Forget the logged requests."""
         self.log.clear()
 
-    def inject_fault(
-        self,
-        *,
-        status: int | None = None,
-        count: int = 1,
-        drop_connection: bool = False,
-        delay_s: float = 0.0,
-        message: str | None = None,
-        cut_body: str | None = None,
-    ) -> None:
-        """Make the next ``count`` ``/generate`` requests fail (status, dropped, cut body) or wait ``delay_s``.
+    def inject_fault(self, **spec: Any) -> None:
+        """Make the next ``count`` ``/generate`` requests fail (``status``, ``drop_connection``,
+        ``cut_body``) or wait ``delay_s`` (:class:`Fault` has the fields).
 
         Raises:
-            ValueError: an invalid fault (see :meth:`Fault.from_obj`).
+            ValueError: an invalid fault.
         """
-        spec: dict[str, Any] = {"count": count, "drop_connection": drop_connection, "delay_s": delay_s}
-        for key, value in (("status", status), ("cut_body", cut_body), ("message", message)):
-            if value is not None:
-                spec[key] = value
         self.faults.add([Fault.from_obj(spec)])
 
     def clear_faults(self) -> None:
@@ -147,9 +150,9 @@ class TestHooks:
             web.get("/dev/requests", self._handle_requests),
             web.delete("/dev/requests", self._handle_requests_clear),
             web.get("/dev/faults", self._handle_faults),
-            web.post("/dev/faults", self._handle_faults_add),
+            web.post("/dev/faults", refusing(self._handle_faults_add)),
             web.delete("/dev/faults", self._handle_faults_clear),
-            web.post("/dev/fault_mix", self._handle_fault_mix),
+            web.post("/dev/fault_mix", refusing(self._handle_fault_mix)),
         ]
 
     async def _handle_requests(self, request: web.Request) -> web.Response:
@@ -162,16 +165,11 @@ class TestHooks:
         return json_reply(self.faults.describe())
 
     async def _handle_faults_add(self, request: web.Request) -> web.Response:
+        body = await json_body(request)
         try:
-            body = await json_body(request)
-            faults = (
-                [Fault.from_obj(item) for item in body] if isinstance(body, list) else [Fault.from_obj(body)]
-            )
-        except ProtocolError as exc:
-            return error_reply(exc)
+            self.faults.add([Fault.from_obj(item) for item in (body if isinstance(body, list) else [body])])
         except ValueError as exc:
             return error_reply(ProtocolError.value(f"bad fault: {exc}"))
-        self.faults.add(faults)
         return json_reply({"pending": self.faults.describe()})
 
     async def _handle_faults_clear(self, request: web.Request) -> web.Response:
@@ -179,17 +177,11 @@ class TestHooks:
         return json_reply({"pending": []})
 
     async def _handle_fault_mix(self, request: web.Request) -> web.Response:
+        body = await json_body(request)
         try:
-            body = await json_body(request)
-            if not isinstance(body, dict):
-                raise ValueError('send {"faults": [...], "seed": N}')
-            seed = body.get("seed", 0)
-            if not isinstance(seed, int) or isinstance(seed, bool):
-                raise ValueError(f"seed must be an integer, got {seed!r}")
-            self.set_fault_mix(body.get("faults"), seed)
-        except ProtocolError as exc:
-            return error_reply(exc)
+            if not isinstance(body, dict) or type(body.get("seed", 0)) is not int:
+                raise ValueError('send {"faults": [...], "seed": N} with an integer seed')
+            self.set_fault_mix(body.get("faults"), body.get("seed", 0))
         except ValueError as exc:
             return error_reply(ProtocolError.value(f"bad fault mix: {exc}"))
-        assert self.faults.mix is not None
-        return json_reply(self.faults.mix.describe())
+        return json_reply(self.faults.mix.describe() if self.faults.mix else {})

@@ -1,9 +1,9 @@
-"""SGLang's ``/generate`` request validation and error bodies (see docs/devserver.md).
+"""Parsing a ``/generate`` body into one prompt's request, with SGLang's limits and error bodies.
 
-Validation runs in SGLang's order, each stage with its own error body: E1 pydantic parsing of the
-top-level fields, E2 the schema contract for ``sampling_params`` (unknown keys and wrong JSON types
-rejected with serde-style messages), E3 ``ValueError`` checks (ranges, lengths).
-Batch requests (list-valued prompt fields) and streaming are not emulated: a 400 names the field.
+Type errors are refused by pydantic (the wording is pydantic's, not SGLang's: the SGLang lane compares
+both servers' replies and docs/devserver.md lists the differences); the range checks of SGLang's
+``SamplingParams.verify`` and its length limits keep SGLang's messages, which the client classifies.
+Batch requests and streaming are not emulated: a 400 names the field.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import math
 import os
 import random
 import uuid
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError, field_validator
 
 TOP_K_ALL = 1 << 30
 """SGLang's default ``top_k``: the whole vocabulary."""
@@ -23,6 +23,7 @@ UNLIMITED_NEW_TOKENS = 1 << 30
 """``max_new_tokens: null``: SGLang's ``Scheduler.init_req_max_new_tokens`` budget before clipping."""
 GREEDY_TEMPERATURE = 1e-6
 MAX_STOP_STRINGS = 32
+GRAMMAR_KEYS = ("json_schema", "regex", "ebnf", "structural_tag")
 
 
 class ProtocolError(Exception):
@@ -36,173 +37,69 @@ class ProtocolError(Exception):
 
     @classmethod
     def pydantic(cls, message: str) -> ProtocolError:
-        """E1: request body did not parse into ``GenerateReqInput``."""
+        """A body that does not parse (SGLang's FastAPI/pydantic 400 body)."""
         body = {"object": "error", "message": message, "type": "Bad Request", "param": None, "code": 400}
         return cls(400, body, message)
 
     @classmethod
-    def contract(cls, message: str) -> ProtocolError:
-        """E2: the schema contract rejected ``sampling_params``."""
-        return cls(400, {"error": message}, message)
-
-    @classmethod
     def value(cls, message: str, status: int = 400) -> ProtocolError:
-        """E3: a ``ValueError`` in request handling, or a scheduler abort carrying status 400."""
+        """A ``ValueError`` in request handling, or a scheduler abort carrying status 400."""
         return cls(status, {"error": {"message": message}}, message)
 
     @classmethod
     def http(cls, message: str, status: int = 503) -> ProtocolError:
-        """E4: an ``HTTPException``, e.g. a scheduler abort carrying status 503."""
+        """An ``HTTPException``, e.g. a scheduler abort carrying status 503."""
         body = {"object": "error", "message": message, "type": str(status), "param": None, "code": status}
         return cls(status, body, message)
 
     @classmethod
     def for_status(cls, status: int, message: str) -> ProtocolError:
-        """The body SGLang uses for ``status``: E3 for 400, E4 for everything else."""
+        """The body SGLang uses for ``status``: a ``ValueError`` body for 400, else an ``HTTPException``."""
         return cls.value(message, status) if status == 400 else cls.http(message, status)
 
 
-# --------------------------------------------------------------------------- E2: sampling_params
-
-# Field name -> JSON type expected by the contract, in SGLang's order (``sglang/api/v1/api_types.py``
-# ``_FIELDS_SamplingParams``, listed in the unknown-field message).
-SAMPLING_PARAM_TYPES: dict[str, str] = {
-    "max_new_tokens": "i64",
-    "stop": "str_or_strs",
-    "stop_token_ids": "i64_list",
-    "stop_regex": "str_or_strs",
-    "temperature": "f64",
-    "top_p": "f64",
-    "top_k": "i64",
-    "min_p": "f64",
-    "frequency_penalty": "f64",
-    "presence_penalty": "f64",
-    "repetition_penalty": "f64",
-    "min_new_tokens": "i64",
-    "n": "i64",
-    "json_schema": "str",
-    "regex": "str",
-    "ebnf": "str",
-    "structural_tag": "str",
-    "ignore_eos": "bool",
-    "skip_special_tokens": "bool",
-    "spaces_between_special_tokens": "bool",
-    "no_stop_trim": "bool",
-    "stream_interval": "i64",
-    "logit_bias": "f64_map",
-    "sampling_seed": "i64",
-    "custom_params": "any",
-    "beam_width": "i64",
-    "watermark": "watermark",
-    "choice": "str_list",
-}
-
-GRAMMAR_KEYS = ("json_schema", "regex", "ebnf", "structural_tag")
-
-_EXPECTED = {
-    "i64": "i64",
-    "f64": "f64",
-    "bool": "a boolean",
-    "str": "a string",
-    "i64_list": "a sequence",
-    "str_list": "a sequence",
-    "f64_map": "a map",
-    "str_or_strs": "a value or an array of values for StringOrList",
-    "watermark": "struct WatermarkRequestConfig",
-}
+def _invalid(message: str) -> ProtocolError:
+    return ProtocolError.value(message)
 
 
-def _contract_unexpected(value: Any) -> str:
-    """How the contract (``api_types._unexpected``, serde's wording) names a JSON value."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return f"boolean `{'true' if value else 'false'}`"
-    if isinstance(value, int):
-        return f"integer `{value}`"
-    if isinstance(value, float):
-        return f"floating point `{value}`"
-    if isinstance(value, str):
-        return f'string "{value}"'
-    if isinstance(value, list):
-        return "sequence"
-    if isinstance(value, dict):
-        return "map"
-    return type(value).__name__
+def validation_error(exc: ValidationError, model: str) -> ProtocolError:
+    """A 400 listing pydantic's errors for ``model`` (the wording is pydantic's, not FastAPI's)."""
+    parts = [
+        f"{'.'.join(str(p) for p in error.get('loc', ())) or 'body'}: {error.get('msg')}"
+        for error in exc.errors(include_url=False)
+    ]
+    plural = "s" if len(parts) != 1 else ""
+    return ProtocolError.pydantic(f"{len(parts)} validation error{plural} for {model}: " + "; ".join(parts))
 
 
-def _type_error(value: Any, expected: str) -> ProtocolError:
-    return ProtocolError.contract(
-        f"invalid type: {_contract_unexpected(value)}, expected {_EXPECTED[expected]}"
-    )
+def _json_number(value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError("Input should be a valid number")
+    return value
 
 
-def _check_type(value: Any, kind: str) -> None:
-    is_int = isinstance(value, int) and not isinstance(value, bool)
-    if kind == "i64":
-        if not is_int:
-            raise _type_error(value, kind)
-    elif kind == "f64":
-        if not (is_int or isinstance(value, float)):
-            raise _type_error(value, kind)
-    elif kind == "bool":
-        if not isinstance(value, bool):
-            raise _type_error(value, kind)
-    elif kind == "str":
-        if not isinstance(value, str):
-            raise _type_error(value, kind)
-    elif kind in ("i64_list", "str_list"):
-        if not isinstance(value, list):
-            raise _type_error(value, kind)
-        for item in value:
-            _check_type(item, "i64" if kind == "i64_list" else "str")
-    elif kind == "f64_map":
-        if not isinstance(value, dict):
-            raise _type_error(value, kind)
-        for item in value.values():
-            _check_type(item, "f64")
-    elif kind == "str_or_strs":
-        if isinstance(value, list):
-            _check_type(value, "str_list")
-        elif not isinstance(value, str):
-            raise _type_error(value, kind)
-    elif kind == "watermark":
-        if not isinstance(value, dict):
-            raise _type_error(value, kind)
-        fields = {"enabled": "bool", "key": "str", "context_window": "i64"}
-        for key, item in value.items():
-            if key not in fields:
-                raise ProtocolError.contract(
-                    f"unknown field `{key}`, expected one of `enabled`, `key`, `context_window`"
-                )
-            if item is not None:
-                _check_type(item, fields[key])
+Number = Annotated[int | float, BeforeValidator(_json_number)]
+"""A JSON number kept as sent: SGLang's messages print ``-1``, not ``-1.0``."""
 
 
-def _as_list(value: str | list[str] | None) -> list[str]:
-    if value is None:
-        return []
-    return [value] if isinstance(value, str) else list(value)
+class SamplingParams(BaseModel):
+    """``sampling_params`` with SGLang's defaults and its field list (unknown keys and wrong JSON types
+    are a 400); ``null`` means the default, except ``max_new_tokens``: absent is 128, ``null`` no limit."""
 
-
-@dataclass(slots=True)
-class SamplingParams:
-    """``sampling_params`` with SGLang's defaults; ``None``/absent keys take the default, except
-    ``max_new_tokens``: absent is 128, ``null`` is no limit (generate until a stop or the context end)."""
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     max_new_tokens: int | None = 128
-    max_new_tokens_sent: bool = False
-    stop: list[str] = field(default_factory=list)
-    stop_token_ids: list[int] = field(default_factory=list)
-    stop_regex: list[str] = field(default_factory=list)
-    temperature: float = 1.0
-    top_p: float = 1.0
+    stop: list[str] = []
+    stop_token_ids: list[int] = []
+    stop_regex: list[str] = []
+    temperature: Number = 1.0
+    top_p: Number = 1.0
     top_k: int = TOP_K_ALL
-    min_p: float = 0.0
-    frequency_penalty: float = 0.0
-    presence_penalty: float = 0.0
+    min_p: Number = 0.0
+    frequency_penalty: Number = 0.0
+    presence_penalty: Number = 0.0
+    repetition_penalty: Number = 1.0
     min_new_tokens: int = 0
-    repetition_penalty: float = 1.0
     n: int = 1
     json_schema: str | None = None
     regex: str | None = None
@@ -212,73 +109,72 @@ class SamplingParams:
     skip_special_tokens: bool = True
     spaces_between_special_tokens: bool = True
     no_stop_trim: bool = False
-    logit_bias: dict[str, float] = field(default_factory=dict)
+    stream_interval: int | None = None
+    logit_bias: dict[str, Number] = {}
     sampling_seed: int | None = None
     custom_params: Any = None
-    stream_interval: int | None = None
     beam_width: int | None = None
-    watermark: Any = None
+    watermark: dict[str, Any] | None = None
     choice: list[str] | None = None
 
+    @field_validator("stop", "stop_regex", mode="before")
     @classmethod
-    def from_json(cls, obj: dict[str, Any] | None) -> SamplingParams:
-        """Apply the E2 contract: unknown keys and wrongly typed values are rejected."""
-        params = cls()
-        for key, value in (obj or {}).items():
-            kind = SAMPLING_PARAM_TYPES.get(key)
-            if kind is None:
-                expected = ", ".join(f"`{name}`" for name in SAMPLING_PARAM_TYPES)
-                raise ProtocolError.contract(f"unknown field `{key}`, expected one of {expected}")
-            if value is None:
-                if key == "max_new_tokens":  # SamplingParams.__post_init__ keeps None: no limit
-                    params.max_new_tokens = None
-                continue
-            _check_type(value, kind)
-            if key in GRAMMAR_KEYS and not value:
-                continue  # SamplingParams.__post_init__: an empty grammar means unset
-            if key in ("stop", "stop_regex"):
-                value = _as_list(value)
-            elif key == "max_new_tokens":
-                params.max_new_tokens_sent = True
-            setattr(params, key, value)
-        return params
+    def _one_or_many(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
+    @field_validator(*GRAMMAR_KEYS)
+    @classmethod
+    def _empty_grammar_is_unset(cls, value: str | None) -> str | None:
+        return value or None
+
+    @classmethod
+    def from_json(cls, obj: Any) -> SamplingParams:
+        """Parse ``sampling_params`` (None: all defaults); a null value takes the default."""
+        if obj is None:
+            return cls()
+        if not isinstance(obj, dict):
+            raise ProtocolError.pydantic("sampling_params: Input should be a valid dictionary")
+        given = {k: v for k, v in obj.items() if v is not None or k == "max_new_tokens"}
+        try:
+            return cls.model_validate(given)
+        except ValidationError as exc:
+            raise validation_error(exc, "SamplingParams") from None
+
+    @property
+    def max_new_tokens_sent(self) -> bool:
+        """Whether the request set a number (only then SGLang checks prompt + ``max_new_tokens``)."""
+        return "max_new_tokens" in self.model_fields_set and self.max_new_tokens is not None
 
     def verify(self, vocab_size: int) -> None:
-        """SGLang's ``SamplingParams.normalize`` (stop counts) then ``verify`` (ranges), raised as E3."""
+        """SGLang's ``SamplingParams.normalize`` (stop counts) then ``verify`` (ranges), with its messages."""
         if len(self.stop) > MAX_STOP_STRINGS:
-            raise ProtocolError.value(
-                f"at most {MAX_STOP_STRINGS} stop strings are allowed, got {len(self.stop)}"
-            )
+            raise _invalid(f"at most {MAX_STOP_STRINGS} stop strings are allowed, got {len(self.stop)}")
         if self.beam_width is not None and self.beam_width < 1:
-            raise ProtocolError.value(f"beam_width must be at least 1, got {self.beam_width}.")
+            raise _invalid(f"beam_width must be at least 1, got {self.beam_width}.")
         if not math.isfinite(self.temperature) or self.temperature < 0:
-            raise ProtocolError.value(
-                f"temperature must be a non-negative finite number, got {self.temperature}."
-            )
+            raise _invalid(f"temperature must be a non-negative finite number, got {self.temperature}.")
         if not 0 < self.top_p <= 1:
-            raise ProtocolError.value(f"top_p must be in (0, 1], got {self.top_p}.")
+            raise _invalid(f"top_p must be in (0, 1], got {self.top_p}.")
         if not 0 <= self.min_p <= 1:
-            raise ProtocolError.value(f"min_p must be in [0, 1], got {self.min_p}.")
+            raise _invalid(f"min_p must be in [0, 1], got {self.min_p}.")
         # SamplingParams.__post_init__ turns a greedy temperature into top_k = 1 before this check.
         if self.top_k < 1 and self.top_k != -1 and not self.greedy:
-            raise ProtocolError.value(f"top_k must be -1 (disable) or at least 1, got {self.top_k}.")
+            raise _invalid(f"top_k must be -1 (disable) or at least 1, got {self.top_k}.")
         if not -2 <= self.frequency_penalty <= 2:
-            raise ProtocolError.value(f"frequency_penalty must be in [-2, 2], got {self.frequency_penalty}.")
+            raise _invalid(f"frequency_penalty must be in [-2, 2], got {self.frequency_penalty}.")
         if not -2 <= self.presence_penalty <= 2:
-            raise ProtocolError.value(f"presence_penalty must be in [-2, 2], got {self.presence_penalty}.")
+            raise _invalid(f"presence_penalty must be in [-2, 2], got {self.presence_penalty}.")
         if not 0 < self.repetition_penalty <= 2:
-            raise ProtocolError.value(
+            raise _invalid(
                 f"repetition_penalty must be in (0, 2] (1.0 = no penalty), got {self.repetition_penalty}."
             )
         if self.min_new_tokens < 0:
-            raise ProtocolError.value(
-                f"min_new_tokens must be in [0, max_new_tokens], got {self.min_new_tokens}."
-            )
+            raise _invalid(f"min_new_tokens must be in [0, max_new_tokens], got {self.min_new_tokens}.")
         if self.max_new_tokens is not None:
             if self.max_new_tokens < 0:
-                raise ProtocolError.value(f"max_new_tokens must be at least 0, got {self.max_new_tokens}.")
+                raise _invalid(f"max_new_tokens must be at least 0, got {self.max_new_tokens}.")
             if self.min_new_tokens > self.max_new_tokens:
-                raise ProtocolError.value(
+                raise _invalid(
                     f"min_new_tokens must be in [0, max_new_tokens({self.max_new_tokens})], "
                     f"got {self.min_new_tokens}."
                 )
@@ -286,28 +182,22 @@ class SamplingParams:
             try:
                 token = int(key)
             except ValueError as exc:
-                raise ProtocolError.value(str(exc)) from None
+                raise _invalid(str(exc)) from None
             if not 0 <= token < vocab_size:
-                raise ProtocolError.value(f"logit_bias must has keys in [0, {vocab_size - 1}], got {key}.")
+                raise _invalid(f"logit_bias must has keys in [0, {vocab_size - 1}], got {key}.")
         if self.sampling_seed is not None and not -(2**63) <= self.sampling_seed <= 2**63 - 1:
-            raise ProtocolError.value(
-                f"sampling_seed must be in [-2**63, 2**63 - 1], got {self.sampling_seed}."
-            )
-        grammars = [self.json_schema, self.regex, self.ebnf, self.structural_tag]
-        if sum(grammar is not None for grammar in grammars) > 1:
-            raise ProtocolError.value("Only one of json_schema, regex, ebnf, or structural_tag can be set.")
-        # Checked by the dev server, not by SGLang: features it does not emulate fail loudly.
-        # json_schema / regex / ebnf are compiled by the backend (devserver/grammar.py).
-        if self.structural_tag is not None:
-            raise ProtocolError.value(
-                "The dev server does not implement constrained decoding (structural_tag); use a real SGLang server."
-            )
-        if self.beam_width is not None and self.beam_width > 1:
-            raise ProtocolError.value("The dev server does not implement beam search (beam_width > 1).")
-        if self.choice is not None:
-            raise ProtocolError.value("The dev server does not implement choice (a /v1/systemone field).")
-        if self.stop_regex:
-            raise ProtocolError.value("The dev server does not implement stop_regex; use stop strings.")
+            raise _invalid(f"sampling_seed must be in [-2**63, 2**63 - 1], got {self.sampling_seed}.")
+        if sum(getattr(self, key) is not None for key in GRAMMAR_KEYS) > 1:
+            raise _invalid("Only one of json_schema, regex, ebnf, or structural_tag can be set.")
+        # Not SGLang's checks: what the dev server does not emulate fails loudly.
+        for feature, used in (
+            ("structural_tag", self.structural_tag is not None),
+            ("beam search (beam_width > 1)", (self.beam_width or 1) > 1),
+            ("choice (a /v1/systemone field)", self.choice is not None),
+            ("stop_regex", bool(self.stop_regex)),
+        ):
+            if used:
+                raise _invalid(f"The dev server does not implement {feature}; use a real SGLang server.")
 
     @property
     def greedy(self) -> bool:
@@ -320,52 +210,35 @@ class SamplingParams:
         return TOP_K_ALL if self.top_k == -1 else self.top_k
 
 
-# --------------------------------------------------------------------------- E1: top-level fields
-
-
 class GenerateReqInput(BaseModel):
-    """The top-level fields of ``/generate``; unknown keys are ignored like SGLang does."""
+    """The top-level fields of ``/generate`` for one prompt; unknown keys are ignored like SGLang does."""
 
     model_config = ConfigDict(extra="ignore")
 
-    text: str | list[str] | None = None
-    input_ids: list[int] | list[list[int]] | None = None
-    input_embeds: Any = None
-    sampling_params: dict[str, Any] | list[dict[str, Any]] | None = None
-    rid: str | list[str] | None = None
-    return_logprob: bool | list[bool] | None = None
-    logprob_start_len: int | list[int] | None = None
-    top_logprobs_num: int | list[int] | None = None
-    token_ids_logprob: list[int] | list[list[int]] | None = None
-    return_text_in_logprobs: bool = False
+    text: str | None = None
+    input_ids: list[int] | None = None
+    sampling_params: Any = None
+    rid: str | None = None
+    return_logprob: bool | None = None
+    logprob_start_len: int | None = None
+    top_logprobs_num: int | None = None
+    token_ids_logprob: list[int] | None = None
     stream: bool = False
+    return_text_in_logprobs: bool = False
     return_prompt_token_ids: bool = False
-    return_hidden_states: bool | str | list[bool | str] = False
-    custom_logit_processor: str | list[str | None] | None = None
+    input_embeds: Any = None
+    return_hidden_states: bool | str = False
+    custom_logit_processor: str | None = None
     return_routed_experts: bool = False
     routed_experts_start_len: int = 0
 
 
-def _pydantic_message(exc: ValidationError) -> str:
-    parts = []
-    for error in exc.errors(include_url=False):
-        location = ".".join(str(part) for part in error.get("loc", ())) or "body"
-        parts.append(f"{location}: {error.get('msg')}")
-    count = len(parts)
-    return f"{count} validation error{'s' if count != 1 else ''} for GenerateReqInput: " + "; ".join(parts)
-
-
-BATCH_FIELDS = (
-    "text",
-    "input_ids",
-    "sampling_params",
-    "rid",
-    "return_logprob",
-    "logprob_start_len",
-    "top_logprobs_num",
-    "token_ids_logprob",
-)
-"""Top-level fields whose list form makes a batch request (one value per prompt)."""
+BATCH_FIELDS = ("text", "input_ids", "sampling_params", "rid", "return_logprob", "logprob_start_len")
+BATCH_FIELDS += ("top_logprobs_num", "token_ids_logprob")
+"""Top-level fields whose list form (a list of lists for ids) makes a batch request: not emulated."""
+NOT_EMULATED = ("stream", "return_text_in_logprobs", "return_prompt_token_ids", "input_embeds")
+"""Top-level options SGLang serves and the dev server refuses with a 400 naming them (nothing here sends
+them)."""
 
 
 @dataclass(slots=True)
@@ -382,92 +255,58 @@ class ParsedGenerate:
     token_ids_logprob: list[int] | None
     return_routed_experts: bool
     routed_experts_start_len: int
-    return_hidden_states: bool = False
-    custom_logit_processor: bool = False
-
-    @property
-    def n(self) -> int:
-        """``sampling_params.n``: how many samples the prompt gets (a list reply when > 1)."""
-        return self.params.n
-
-
-def _batch_field(req: GenerateReqInput) -> str | None:
-    """The first field whose value is a per-prompt list (a batch request), if any."""
-    for name in BATCH_FIELDS:
-        value = getattr(req, name)
-        if name in ("input_ids", "token_ids_logprob"):
-            if isinstance(value, list) and value and isinstance(value[0], list):
-                return name
-        elif isinstance(value, list):
-            return name
-    return None
+    return_hidden_states: bool
+    custom_logit_processor: bool
 
 
 def parse_generate(body: Any) -> ParsedGenerate:
-    """Validate a decoded JSON body in SGLang's order (E1, then E2, then E3 shape checks).
+    """Validate a decoded JSON body: batches first, then types, then the shape checks.
 
     Raises:
-        ProtocolError: with SGLang's status and body for the first rule the request breaks; batch
-            requests and ``stream: true`` are refused with a 400 naming the field (not emulated).
+        ProtocolError: a 400 for the first rule the request breaks.
     """
+    for name in BATCH_FIELDS if isinstance(body, dict) else ():
+        value = body.get(name)
+        ids = name in ("input_ids", "token_ids_logprob")
+        if isinstance(value, list) and (not ids or (value and isinstance(value[0], list))):
+            raise ProtocolError.value(
+                f"The dev server does not implement batch requests: {name} is a list. "
+                "Send one prompt per request."
+            )
     try:
         req = GenerateReqInput.model_validate(body)
     except ValidationError as exc:
-        raise ProtocolError.pydantic(_pydantic_message(exc)) from None
-    batch_field = _batch_field(req)
-    if batch_field is not None:
-        raise ProtocolError.value(
-            f"The dev server does not implement batch requests: {batch_field} is a list. "
-            "Send one prompt per request."
-        )
-    # No field is a list past this point: the narrowing below only restates that for the reader.
-    assert not isinstance(req.sampling_params, list) and not isinstance(req.rid, list)
-    assert not isinstance(req.text, list) and not isinstance(req.return_logprob, list)
-    assert not isinstance(req.logprob_start_len, list) and not isinstance(req.top_logprobs_num, list)
-    input_ids = [int(token) for token in req.input_ids] if req.input_ids is not None else None
-    token_ids_logprob = [int(token) for token in req.token_ids_logprob or []] or None
+        raise validation_error(exc, "GenerateReqInput") from None
     params = SamplingParams.from_json(req.sampling_params)
-    if req.stream:
-        raise ProtocolError.value(
-            "The dev server does not implement streaming (stream: true); send stream: false or omit it."
-        )
-    for flag in ("return_text_in_logprobs", "return_prompt_token_ids"):
-        if getattr(req, flag):
+    for flag in NOT_EMULATED:
+        if getattr(req, flag) not in (None, False):
             raise ProtocolError.value(f"The dev server does not implement {flag}; send false or omit it.")
-    if req.input_embeds is not None:
-        raise ProtocolError.value("The dev server does not accept input_embeds; send text or input_ids.")
-    if (req.text is None) == (input_ids is None):
+    if (req.text is None) == (req.input_ids is None):
         raise ProtocolError.value("Either text, input_ids or input_embeds should be provided.")
-    if input_ids is not None and not input_ids:
+    if req.input_ids is not None and not req.input_ids:
         raise ProtocolError.value("input_ids cannot be empty.")
     start = -1 if req.logprob_start_len is None else req.logprob_start_len
     if start < -1:
         raise ProtocolError.value(f"logprob_start_len must be -1 or at least 0, got {start}.")
-    top = 0 if req.top_logprobs_num is None else req.top_logprobs_num
+    top = req.top_logprobs_num or 0
     if top < 0:
         raise ProtocolError.value(f"top_logprobs_num must be at least 0, got {top}.")
-    hidden_modes = req.return_hidden_states
-    for mode in hidden_modes if isinstance(hidden_modes, list) else [hidden_modes]:
-        if not isinstance(mode, bool) and mode != "last":  # schedule_batch.get_return_hidden_states_mode
-            raise ProtocolError.value("return_hidden_states must be a boolean or the string literal 'last'.")
-    processors = req.custom_logit_processor
+    hidden = req.return_hidden_states
+    if not isinstance(hidden, bool) and hidden != "last":  # schedule_batch.get_return_hidden_states_mode
+        raise ProtocolError.value("return_hidden_states must be a boolean or the string literal 'last'.")
     return ParsedGenerate(
         rid=req.rid,
         text=req.text,
-        input_ids=input_ids,
+        input_ids=req.input_ids,
         params=params,
         return_logprob=bool(req.return_logprob),
         logprob_start_len=start,
         top_logprobs_num=top,
-        token_ids_logprob=token_ids_logprob,
+        token_ids_logprob=req.token_ids_logprob or None,
         return_routed_experts=req.return_routed_experts,
         routed_experts_start_len=req.routed_experts_start_len,
-        return_hidden_states=(
-            any(mode is not False for mode in hidden_modes)
-            if isinstance(hidden_modes, list)
-            else hidden_modes is not False
-        ),
-        custom_logit_processor=any(processors) if isinstance(processors, list) else bool(processors),
+        return_hidden_states=hidden is not False,
+        custom_logit_processor=bool(req.custom_logit_processor),
     )
 
 
@@ -480,13 +319,9 @@ def new_rid() -> str:
     return uuid.UUID(int=_RID_RANDOM.getrandbits(128), version=4).hex
 
 
-# --------------------------------------------------------------------------- context limits
-
 SPECULATIVE_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN")
-"""The speculative algorithms the dev server emulates: the EAGLE family, whose draft tokens SGLang
-reserves in every request's context (NEXTN is MTP; SGLang resolves it to EAGLE)."""
-DEFAULT_SPECULATIVE_NUM_DRAFT_TOKENS = 4
-"""SGLang's automatic choice for most models: 3 steps, top-k 1, 4 draft tokens."""
+"""The EAGLE family, whose draft tokens SGLang reserves in every request's context (NEXTN is MTP,
+which SGLang resolves to EAGLE)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -495,7 +330,7 @@ class SpeculativeDecoding:
     ``num_draft_tokens - 1`` steps. Nothing is drafted; only its effect on the length limits is real."""
 
     algorithm: str
-    num_draft_tokens: int = DEFAULT_SPECULATIVE_NUM_DRAFT_TOKENS
+    num_draft_tokens: int
 
     @classmethod
     def from_options(cls, algorithm: str | None, num_draft_tokens: int | None) -> SpeculativeDecoding | None:
@@ -513,43 +348,31 @@ class SpeculativeDecoding:
             raise ValueError(
                 f"speculative_algorithm must be one of {', '.join(SPECULATIVE_ALGORITHMS)}, got {algorithm!r}"
             )
-        draft = DEFAULT_SPECULATIVE_NUM_DRAFT_TOKENS if num_draft_tokens is None else num_draft_tokens
+        draft = 4 if num_draft_tokens is None else num_draft_tokens  # SGLang's usual automatic choice
         if draft < 2:
             raise ValueError(f"speculative_num_draft_tokens must be at least 2, got {draft}")
         return cls("EAGLE" if name == "NEXTN" else name, draft)
 
     @property
-    def num_steps(self) -> int:
-        """Draft steps of the chain: ``num_draft_tokens - 1``."""
-        return self.num_draft_tokens - 1
-
-    @property
-    def eagle_topk(self) -> int:
-        """Draft tokens per step: always 1 (a chain)."""
-        return 1
-
-    @property
     def reserved_tokens(self) -> int:
-        """SGLang's ``compute_num_reserved_tokens``: ``max(eagle_topk * num_steps, num_draft_tokens)``."""
-        return max(self.eagle_topk * self.num_steps, self.num_draft_tokens)
+        """SGLang's ``compute_num_reserved_tokens``: ``max(eagle_topk * num_steps, num_draft_tokens)``,
+        with top-k 1 and ``num_draft_tokens - 1`` steps."""
+        return self.num_draft_tokens
 
-
-def speculative_server_args(spec: SpeculativeDecoding | None) -> dict[str, Any]:
-    """The ``/server_info`` keys of speculative decoding (all null without it, as in SGLang)."""
-    return {
-        "speculative_algorithm": spec.algorithm if spec else None,
-        "speculative_num_steps": spec.num_steps if spec else None,
-        "speculative_eagle_topk": spec.eagle_topk if spec else None,
-        "speculative_num_draft_tokens": spec.num_draft_tokens if spec else None,
-    }
+    def server_args(self) -> dict[str, Any]:
+        """The ``/server_info`` keys of speculative decoding."""
+        return {
+            "speculative_algorithm": self.algorithm,
+            "speculative_num_steps": self.num_draft_tokens - 1,
+            "speculative_eagle_topk": 1,
+            "speculative_num_draft_tokens": self.num_draft_tokens,
+        }
 
 
 @dataclass(frozen=True, slots=True)
 class ContextLimits:
-    """SGLang's length limits for a context length C and a KV capacity.
-
-    ``reserved_tokens`` (speculative draft slots) count as prompt tokens in the tokenizer-stage checks.
-    """
+    """SGLang's length limits for a context length C and a KV capacity; ``reserved_tokens`` (speculative
+    draft slots) count as prompt tokens in the tokenizer-stage checks."""
 
     context_length: int
     max_total_tokens: int
@@ -573,8 +396,7 @@ class ContextLimits:
             raise ProtocolError.value(
                 f"The input ({n} tokens) is longer than the model's context length ({c} tokens)."
             )
-        if params.max_new_tokens_sent and params.max_new_tokens is not None and n + params.max_new_tokens > c:
-            m = params.max_new_tokens
+        if params.max_new_tokens_sent and n + (m := params.max_new_tokens or 0) > c:
             raise ProtocolError.value(
                 f"Requested token count exceeds the model's maximum context length of {c} tokens. "
                 f"You requested a total of {n + m} tokens: {n} tokens from the input messages and "

@@ -5,13 +5,10 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import os
-import queue
 import subprocess
 import sys
+import tempfile
 import threading
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -118,118 +115,69 @@ class DevServerThread:
 class DevServerProcess:
     """``python -m strands_slime.devserver ARGS --port 0`` as a child process: ``with DevServerProcess([...])``.
 
-    Waits for the URL line and a healthy ``/health``; kills the process on exit.
+    Ready once it prints its URL line (after it started serving); killed on exit.
     """
 
-    def __init__(
-        self,
-        args: Sequence[str] = (),
-        *,
-        start_timeout: float = 60.0,
-        env: dict[str, str] | None = None,
-        python: str | None = None,
-    ) -> None:
+    def __init__(self, args: Sequence[str] = (), *, start_timeout: float = 60.0) -> None:
         self.args = list(args)
         if "--port" not in self.args and not any(arg.startswith("--port=") for arg in self.args):
             self.args += ["--port", "0"]
         self.start_timeout = start_timeout
-        self.env = env
-        self.python = python or sys.executable
         self.process: subprocess.Popen[str] | None = None
         self.url = ""
-        self._stderr_tail: list[str] = []
-        self._pumps: list[threading.Thread] = []
+        self._stderr = tempfile.TemporaryFile("w+")
 
     def start(self) -> DevServerProcess:
-        """Spawn the process, wait for its URL line and a healthy ``/health``."""
+        """Spawn the process and wait for its URL line (``start_timeout`` at most)."""
         if self.process is not None:
             raise RuntimeError("this DevServerProcess is already started")
-        env = dict(os.environ if self.env is None else self.env)
-        env.setdefault("HF_HUB_OFFLINE", "1")
-        env.setdefault("TRANSFORMERS_OFFLINE", "1")
-        env.setdefault("TOKENIZERS_PARALLELISM", "false")
-        env["PYTHONUNBUFFERED"] = "1"
-        self.process = subprocess.Popen(
-            [self.python, "-m", "strands_slime.devserver", *self.args],
+        env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+        process = self.process = subprocess.Popen(
+            [sys.executable, "-m", "strands_slime.devserver", *self.args],
             stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stderr=self._stderr,
             text=True,
-            env=env,
+            env={**env, **os.environ, "PYTHONUNBUFFERED": "1"},
         )
-        lines: queue.Queue[str | None] = queue.Queue()
+        printed = threading.Event()
 
-        def pump(stream: Any, keep: bool) -> None:
-            for line in stream:
-                if keep:
-                    lines.put(line)
-                else:
-                    self._stderr_tail = (self._stderr_tail + [line])[-50:]
-            if keep:
-                lines.put(None)
-
-        self._pumps = [
-            threading.Thread(target=pump, args=(self.process.stdout, True), daemon=True),
-            threading.Thread(target=pump, args=(self.process.stderr, False), daemon=True),
-        ]
-        for thread in self._pumps:
-            thread.start()
-        deadline = time.monotonic() + self.start_timeout
-        try:
-            while not self.url:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise TimeoutError(f"the dev server did not print its URL within {self.start_timeout} s")
-                try:
-                    line = lines.get(timeout=remaining)
-                except queue.Empty:
-                    continue
-                if line is None:
-                    self.process.wait(timeout=5)
-                    raise RuntimeError(
-                        f"the dev server exited with code {self.process.returncode}: {''.join(self._stderr_tail)}"
-                    )
-                if line.startswith(URL_LINE_PREFIX):
+        def read_url() -> None:
+            assert process.stdout is not None
+            for line in process.stdout:  # read to the end, so the child never blocks on a full pipe
+                if line.startswith(URL_LINE_PREFIX) and not self.url:
                     self.url = line[len(URL_LINE_PREFIX) :].strip()
-            self._wait_healthy(deadline)
-        except BaseException:
+                    printed.set()
+            printed.set()
+
+        threading.Thread(target=read_url, name="devserver-stdout", daemon=True).start()
+        if not printed.wait(self.start_timeout) or not self.url:
+            code = process.poll()
             self.stop()
-            raise
+            what = (
+                f"exited with code {code}"
+                if code is not None
+                else f"printed no URL in {self.start_timeout} s"
+            )
+            raise RuntimeError(f"the dev server {what}: {self.stderr_tail}")
         return self
 
-    def _wait_healthy(self, deadline: float) -> None:
-        while True:
-            try:
-                with urllib.request.urlopen(f"{self.url}/health", timeout=2) as response:
-                    if response.status == 200:
-                        return
-            except (urllib.error.URLError, OSError):
-                pass
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"the dev server at {self.url} did not become healthy")
-            time.sleep(0.05)
-
     def stop(self) -> None:
-        """Terminate the process (kill it after 10 s) and close its pipes."""
+        """Terminate the process (kill it after 10 s)."""
         process, self.process = self.process, None
         if process is None:
             return
-        if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=10)
-        for thread in self._pumps:  # they stop at EOF now that the process is gone
-            thread.join(timeout=5)
-        for stream in (process.stdout, process.stderr):
-            if stream is not None:
-                stream.close()
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
 
     @property
     def stderr_tail(self) -> str:
         """The last 50 lines the process wrote to stderr."""
-        return "".join(self._stderr_tail)
+        self._stderr.seek(0)
+        return "".join(self._stderr.readlines()[-50:])
 
     def __enter__(self) -> DevServerProcess:
         return self.start()

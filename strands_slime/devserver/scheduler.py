@@ -1,9 +1,8 @@
 """One scheduler for every backend: bounded running set, FIFO waiting queue, SGLang's abort rules.
 
-At most ``max_running_requests`` generate at once; the rest wait in order. A full waiting queue is
-SGLang's 503 "The request queue is full.". Aborting a queued request answers it at once with the
-queued shape; aborting a running one lets it take one more decode step and then answers with its
-partial output and ``finish_reason`` abort.
+At most ``max_running_requests`` generate at once; the rest wait in order. Aborting a queued request
+answers it at once with the queued shape; aborting a running one lets it take one more decode step and
+then answers with its partial output and ``finish_reason`` abort.
 """
 
 from __future__ import annotations
@@ -12,7 +11,6 @@ import asyncio
 import collections
 import contextlib
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -28,8 +26,6 @@ from strands_slime.devserver.protocol import ProtocolError
 
 logger = logging.getLogger(__name__)
 
-_THROUGHPUT_WINDOW_S = 5.0
-
 
 class Scheduler:
     """Admits, runs, queues and aborts generation requests on one event loop."""
@@ -39,21 +35,17 @@ class Scheduler:
         backend: Backend,
         *,
         max_running_requests: int,
-        max_queued_requests: int | None,
         weight_version: Callable[[], str],
         latency: float = 0.0,
         token_latency: float = 0.0,
     ) -> None:
         if max_running_requests < 1:
             raise ValueError(f"max_running_requests must be >= 1, got {max_running_requests}")
-        if max_queued_requests is not None and max_queued_requests < 0:
-            raise ValueError(f"max_queued_requests must be >= 0, got {max_queued_requests}")
         if latency < 0 or token_latency < 0:
             raise ValueError("latency and token_latency must be >= 0")
         self.backend = backend
         self.renderer = OutputRenderer(backend.tokens)
         self.max_running_requests = max_running_requests
-        self.max_queued_requests = max_queued_requests
         self.latency = latency
         self.token_latency = token_latency
         self._weight_version = weight_version
@@ -63,9 +55,7 @@ class Scheduler:
         self._tasks: set[asyncio.Task[None]] = set()
         self._resume = asyncio.Event()
         self._resume.set()
-        self._generated: collections.deque[tuple[float, int]] = collections.deque()
         self.total_generated_tokens = 0
-        self.total_requests = 0
 
     # ------------------------------------------------------------------ state
 
@@ -84,21 +74,6 @@ class Scheduler:
         """True between ``/pause_generation`` and ``/continue_generation``."""
         return not self._resume.is_set()
 
-    def used_tokens(self) -> int:
-        """Tokens (prompt + output so far) held by running requests: the emulated KV usage."""
-        return sum(req.prompt_tokens + len(req.output_ids) for req in self._running)
-
-    def waiting_tokens(self) -> int:
-        """Prompt tokens of the queued requests."""
-        return sum(req.prompt_tokens for req in self._waiting)
-
-    def gen_throughput(self) -> float:
-        """Output tokens per second over the last few seconds (``/v1/loads``' ``gen_throughput``)."""
-        now = time.monotonic()
-        while self._generated and now - self._generated[0][0] > _THROUGHPUT_WINDOW_S:
-            self._generated.popleft()
-        return sum(count for _, count in self._generated) / _THROUGHPUT_WINDOW_S
-
     # ------------------------------------------------------------------ submit
 
     async def submit(self, request: GenerationRequest) -> dict[str, Any]:
@@ -116,31 +91,25 @@ class Scheduler:
         request.future = loop.create_future()
         # Retrieve the outcome even when the caller is gone, so no "never retrieved" warning is left.
         request.future.add_done_callback(lambda fut: fut.cancelled() or fut.exception())
+        self.live[request.rid] = request
         if len(self._running) < self.max_running_requests:
-            self.live[request.rid] = request
             self._start(request)
-        elif self.max_queued_requests is not None and len(self._waiting) >= self.max_queued_requests:
-            raise ProtocolError.http("The request queue is full.", 503)
         else:
-            self.live[request.rid] = request
             request.status = "queued"
             self._waiting[request] = None
-        self.total_requests += 1
         try:
             return await asyncio.shield(request.future)
         except asyncio.CancelledError:
             self.abort_one(request)
             raise
 
-    async def submit_all(self, requests: list[GenerationRequest]) -> list[dict[str, Any]]:
-        """Run several requests at once; if one fails or the caller goes away, abort the rest.
-
-        Raises:
-            ProtocolError: the first refusal (queue full, duplicate rid) among them.
-        """
-        if len(requests) == 1:
-            return [await self.submit(requests[0])]
-        tasks = [asyncio.ensure_future(self.submit(request)) for request in requests]
+    async def submit_samples(
+        self, base: GenerationRequest, n: int, seeds: Callable[[], int]
+    ) -> list[dict[str, Any]]:
+        """SGLang's ``n > 1``: one hidden prefill-only warm-up, then ``n`` samples with fresh rids, each
+        with the seed ``seeds`` gives; if one fails or the caller goes away, the rest are aborted."""
+        await self.submit(base.sample_copy(seed=base.seed, warmup=True))
+        tasks = [asyncio.ensure_future(self.submit(base.sample_copy(seed=seeds()))) for _ in range(n)]
         try:
             return list(await asyncio.gather(*tasks))
         except BaseException:
@@ -148,17 +117,6 @@ class Scheduler:
                 task.cancel()  # cancelling a submit aborts its request
             await asyncio.gather(*tasks, return_exceptions=True)
             raise
-
-    async def submit_samples(
-        self, base: GenerationRequest, n: int, seeds: Callable[[], int]
-    ) -> list[dict[str, Any]]:
-        """SGLang's ``n > 1``: one hidden prefill-only warm-up, then ``n`` samples with fresh rids.
-
-        ``seeds`` gives each sample's sampling seed (the request's own when it sent
-        ``sampling_seed``, else a fresh draw per sample).
-        """
-        await self.submit(base.sample_copy(seed=base.seed, warmup=True))
-        return await self.submit_all([base.sample_copy(seed=seeds()) for _ in range(n)])
 
     def _start(self, request: GenerationRequest) -> None:
         request.status = "running"
@@ -173,10 +131,6 @@ class Scheduler:
             self._start(request)
 
     # ------------------------------------------------------------------ running
-
-    def _count_generated(self, count: int) -> None:
-        self.total_generated_tokens += count
-        self._generated.append((time.monotonic(), count))
 
     async def _generate(self, request: GenerationRequest, generation: Generation) -> None:
         if self.latency:
@@ -198,7 +152,7 @@ class Scheduler:
                 return
             accepted, finish = await find_finish(tokens, request, steps)
             request.accept(steps[:accepted])
-            self._count_generated(accepted)
+            self.total_generated_tokens += accepted
             if finish is not None:
                 request.finish_reason = finish
                 return

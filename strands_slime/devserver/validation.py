@@ -41,15 +41,8 @@ async def build_generation_request(
     moe: MoEShape | None,
     speculative: SpeculativeDecoding | None,
 ) -> GenerationRequest:
-    """Tokenize ``parsed`` and run SGLang's E3 checks, then let the backend accept it.
-
-    Args:
-        parsed: the validated body.
-        backend: tokenizes, knows the vocabulary and EOS ids, and has the last word (``prepare``).
-        limits: the server's context limits.
-        seed: the sampling seed (the request's ``sampling_seed`` or the server's next draw).
-        moe: the pretend MoE shape for ``return_routed_experts`` (None: not enabled).
-        speculative: the emulated speculative decoding (None: off).
+    """Tokenize ``parsed``, run SGLang's per-request checks in its order, then let the backend accept it
+    (``moe``: the pretend MoE shape for ``return_routed_experts``, None when not enabled).
 
     Raises:
         ProtocolError: SGLang's 400 for the first rule the request breaks.

@@ -16,24 +16,13 @@ if TYPE_CHECKING:
 HF_BACKEND_NEEDS_TORCH = "the hf backend needs torch: pip install 'strands-slime[devserver]'"
 
 
-def _load_tokenizer(path: Any) -> Any:
-    from strands_slime.devserver.tokens import load_devserver_tokenizer
-
-    if path is None or isinstance(path, (str, Path)):
-        return load_devserver_tokenizer(None if path is None else str(path))
-    return path  # an already loaded tokenizer object
-
-
 def build_backend(
     choice: str,
     *,
     script: Script | list[Any] | dict[str, Any] | str | Path | None = None,
     model: Any = None,
     tokenizer: Any = None,
-    model_seed: int = 0,
     context_length: int | None = None,
-    prefix_cache_tokens: int | None = None,
-    return_original_logprob: bool = False,
 ) -> Backend:
     """The ``scripted`` or ``hf`` backend, as ``DevServer`` documents its options.
 
@@ -42,8 +31,15 @@ def build_backend(
         ScriptError: a bad script (scripted).
         FileNotFoundError: a model directory that does not exist (hf never downloads).
     """
-    from strands_slime.devserver.tokens import TokenizerWorker
+    from strands_slime.devserver.tokens import TokenizerWorker, load_devserver_tokenizer
 
+    local_model = isinstance(model, (str, Path))
+    if choice == "hf" and tokenizer is None and local_model:
+        if any((Path(model) / name).exists() for name in ("tokenizer.json", "tokenizer_config.json")):
+            tokenizer = str(model)  # the model directory's own tokenizer
+    if tokenizer is None or isinstance(tokenizer, (str, Path)):
+        tokenizer = load_devserver_tokenizer(None if tokenizer is None else str(tokenizer))
+    tokens = TokenizerWorker(tokenizer)
     if choice == "hf":
         try:
             from strands_slime.devserver.backends.hf import HFBackend
@@ -52,20 +48,13 @@ def build_backend(
                 raise
             raise ModuleNotFoundError(HF_BACKEND_NEEDS_TORCH, name="torch") from exc
 
-        if tokenizer is None and isinstance(model, (str, Path)):
-            model_dir = Path(model)
-            if (model_dir / "tokenizer.json").exists() or (model_dir / "tokenizer_config.json").exists():
-                tokenizer = str(model_dir)
         return HFBackend(
-            TokenizerWorker(_load_tokenizer(tokenizer)),
-            model=None if model is None or isinstance(model, (str, Path)) else model,
-            model_path=str(model) if isinstance(model, (str, Path)) else None,
-            seed=model_seed,
+            tokens,
+            model=None if model is None or local_model else model,
+            model_path=str(model) if local_model else None,
             context_length=context_length,
-            prefix_cache_tokens=prefix_cache_tokens,
-            return_original_logprob=return_original_logprob,
         )
-    from strands_slime.devserver.backends.scripted import DEFAULT_PREFIX_CACHE_TOKENS, Script, ScriptedBackend
+    from strands_slime.devserver.backends.scripted import Script, ScriptedBackend
 
     if script is None:
         loaded = Script.default()
@@ -73,9 +62,4 @@ def build_backend(
         loaded = Script.load(script)
     else:
         loaded = Script.from_obj(script)
-    return ScriptedBackend(
-        loaded,
-        TokenizerWorker(_load_tokenizer(tokenizer)),
-        context_length=context_length,
-        prefix_cache_tokens=prefix_cache_tokens or DEFAULT_PREFIX_CACHE_TOKENS,
-    )
+    return ScriptedBackend(loaded, tokens, context_length=context_length)

@@ -7,10 +7,9 @@ finished sequences keep their KV in an LRU prefix cache that later prompts reuse
 ``cached_tokens``).
 
 Logprobs follow SGLang's default: log-softmax of the logits divided by the temperature (after
-penalties and ``logit_bias``, before top-k/top-p/min-p), raw log-softmax for greedy requests. With
-``return_original_logprob`` (SGLang's ``SGLANG_RETURN_ORIGINAL_LOGPROB``) they are taken before the
-temperature. At temperature 1 both equal :func:`full_forward_logprobs`. A ``json_schema``/``regex``/
-``ebnf`` constraint masks forbidden tokens to -inf before both (devserver/grammar.py).
+penalties and ``logit_bias``, before top-k/top-p/min-p), raw log-softmax for greedy requests; at
+temperature 1 they equal :func:`full_forward_logprobs`. A ``json_schema``/``regex``/``ebnf``
+constraint masks forbidden tokens to -inf before both (devserver/grammar.py).
 """
 
 from __future__ import annotations
@@ -115,17 +114,14 @@ class HFBackend(Backend):
         *,
         model: PreTrainedModel | None = None,
         model_path: str | None = None,
-        seed: int = 0,
         context_length: int | None = None,
-        prefix_cache_tokens: int | None = None,
-        return_original_logprob: bool = False,
         prefill_chunk: int = 2048,
         logprob_chunk: int = 256,
     ) -> None:
         self.tokens = tokens
         if model is None:
             if model_path in (None, "", TINY_QWEN3_NAME):
-                model = build_tiny_qwen3(seed)
+                model = build_tiny_qwen3()
                 model_path = TINY_QWEN3_NAME
             else:
                 model = self._load(str(model_path))
@@ -144,14 +140,10 @@ class HFBackend(Backend):
             or int(getattr(text_config, "max_position_embeddings", 0) or 0)
             or DEFAULT_CONTEXT_LENGTH
         )
-        self.return_original_logprob = return_original_logprob
         self.prefill_chunk = prefill_chunk
         self.logprob_chunk = logprob_chunk
-        if prefix_cache_tokens is None:
-            prefix_cache_tokens = max(
-                self.default_context_length, DEFAULT_KV_CACHE_BYTES // _kv_bytes_per_token(text_config)
-            )
-        self.prefix_cache = PrefixCache(prefix_cache_tokens)
+        kv_tokens = DEFAULT_KV_CACHE_BYTES // _kv_bytes_per_token(text_config)
+        self.prefix_cache = PrefixCache(max(self.default_context_length, kv_tokens))
         self.reuse_prefix = self._full_attention_only()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="devserver-model")
 
@@ -258,7 +250,7 @@ class _HFGeneration(Generation):
     def _reported_logprobs(self, logits: torch.Tensor) -> torch.Tensor:
         """The distribution SGLang reports logprobs from (see the module docstring)."""
         params = self.request.params
-        if params.greedy or self.backend.return_original_logprob or params.temperature == 1.0:
+        if params.greedy or params.temperature == 1.0:
             return torch.log_softmax(logits, dim=-1)
         return torch.log_softmax(logits / params.temperature, dim=-1)
 
@@ -408,7 +400,7 @@ class _HFGeneration(Generation):
             cumulative = torch.cumsum(probs, dim=0)
             threshold = torch.rand((), generator=self.generator) * cumulative[-1]
             token = min(int(torch.searchsorted(cumulative, threshold, right=True)), probs.shape[-1] - 1)
-            logprobs = torch.log_softmax(logits, dim=-1) if self.backend.return_original_logprob else scaled
+            logprobs = scaled
         top, wanted = self._extras(logprobs)
         step = TokenStep(
             token_id=token, logprob=float(logprobs[token]), top_logprobs=top, token_ids_logprobs=wanted

@@ -10,11 +10,21 @@ from __future__ import annotations
 
 import collections
 import json
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    model_validator,
+)
 
 from strands_slime.devserver.backends.base import Backend, Generation
 from strands_slime.devserver.prefix_cache import PrefixCache
@@ -30,107 +40,70 @@ DEFAULT_PREFIX_CACHE_TOKENS = 2_000_000
 _MASK64 = (1 << 64) - 1
 MAX_CONTINUATIONS = 4096
 """Cut-short replies remembered for continuation (oldest forgotten first)."""
-_HALF = math.log(0.5)
 
 
 class ScriptError(ValueError):
     """A script that cannot be used, with the place of the problem in the message."""
 
 
-@dataclass(frozen=True, slots=True)
-class Reply:
-    """One assistant reply: a text (EOS appended) or explicit token ids (used verbatim)."""
+class Reply(BaseModel):
+    """One assistant reply: a text (EOS appended) or explicit token ids (used verbatim); a plain string
+    is a text. ``noncanonical`` None uses the script-wide setting."""
 
-    text: str | None = None
-    token_ids: tuple[int, ...] | None = None
-    noncanonical: bool | None = None
-    """None: use the script-wide setting."""
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    text: StrictStr | None = None
+    token_ids: list[Annotated[StrictInt, Field(ge=0)]] | None = Field(None, min_length=1)
+    noncanonical: StrictBool | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _text_shorthand(cls, data: Any) -> Any:
+        return {"text": data} if isinstance(data, str) else data
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Reply:
+        if (self.text is None) == (self.token_ids is None):
+            raise ValueError("a reply needs exactly one of 'text' or 'token_ids'")
+        if self.token_ids is not None and self.noncanonical is not None:
+            raise ValueError("'noncanonical' only applies to text replies")
+        return self
 
 
-@dataclass(frozen=True, slots=True)
-class Rule:
+class Rule(BaseModel):
     """One script rule: the first rule whose ``match`` occurs in the prompt answers (None: any)."""
 
-    match: str | None
-    replies: tuple[Reply, ...]
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    match: StrictStr | None = Field(None, min_length=1)
+    replies: list[Reply] = Field(min_length=1)
 
 
-def _reply_from_obj(obj: Any, where: str) -> Reply:
-    if isinstance(obj, str):
-        return Reply(text=obj)
-    if not isinstance(obj, dict):
-        raise ScriptError(f"{where}: a reply must be a string or an object, got {type(obj).__name__}")
-    unknown = set(obj) - {"text", "token_ids", "noncanonical"}
-    if unknown:
-        raise ScriptError(
-            f"{where}: unknown reply keys {sorted(unknown)} (use text, token_ids, noncanonical)"
-        )
-    has_text, has_ids = "text" in obj, "token_ids" in obj
-    if has_text == has_ids:
-        raise ScriptError(f"{where}: a reply needs exactly one of 'text' or 'token_ids'")
-    noncanonical = obj.get("noncanonical")
-    if noncanonical is not None and not isinstance(noncanonical, bool):
-        raise ScriptError(f"{where}.noncanonical: must be true or false, got {noncanonical!r}")
-    if has_text:
-        if not isinstance(obj["text"], str):
-            raise ScriptError(f"{where}.text: must be a string, got {type(obj['text']).__name__}")
-        return Reply(text=obj["text"], noncanonical=noncanonical)
-    if noncanonical is not None:
-        raise ScriptError(f"{where}: 'noncanonical' only applies to text replies")
-    ids = obj["token_ids"]
-    if (
-        not isinstance(ids, list)
-        or not ids
-        or not all(isinstance(tok, int) and not isinstance(tok, bool) and tok >= 0 for tok in ids)
-    ):
-        raise ScriptError(f"{where}.token_ids: must be a non-empty list of non-negative integers")
-    return Reply(token_ids=tuple(ids))
-
-
-def _rule_from_obj(obj: Any, where: str) -> Rule:
-    if not isinstance(obj, dict):
-        raise ScriptError(f"{where}: a rule must be an object with 'replies', got {type(obj).__name__}")
-    unknown = set(obj) - {"match", "replies"}
-    if unknown:
-        raise ScriptError(f"{where}: unknown rule keys {sorted(unknown)} (use match, replies)")
-    match = obj.get("match")
-    if match is not None and (not isinstance(match, str) or not match):
-        raise ScriptError(f"{where}.match: must be a non-empty string or null, got {match!r}")
-    replies = obj.get("replies")
-    if not isinstance(replies, list) or not replies:
-        raise ScriptError(f"{where}.replies: must be a non-empty list")
-    return Rule(
-        match=match,
-        replies=tuple(_reply_from_obj(reply, f"{where}.replies[{i}]") for i, reply in enumerate(replies)),
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class Script:
+class Script(BaseModel):
     """Ordered rules plus the script-wide ``noncanonical`` default."""
 
-    rules: tuple[Rule, ...]
-    noncanonical: bool = False
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    rules: list[Rule] = Field(min_length=1)
+    noncanonical: StrictBool = False
     name: str = "inline"
 
     @classmethod
     def from_obj(cls, obj: Any, *, name: str = "inline") -> Script:
-        """Build from a list of rules or ``{"rules": [...], "noncanonical": bool}``."""
+        """Build from a list of rules or ``{"rules": [...], "noncanonical": bool}``.
+
+        Raises:
+            ScriptError: naming the place of the first problem (``rules[1].replies[0].token_ids: ...``).
+        """
         if isinstance(obj, Script):
             return obj
-        noncanonical = False
-        if isinstance(obj, dict):
-            unknown = set(obj) - {"rules", "noncanonical"}
-            if unknown:
-                raise ScriptError(f"script: unknown keys {sorted(unknown)} (use rules, noncanonical)")
-            noncanonical = obj.get("noncanonical", False)
-            if not isinstance(noncanonical, bool):
-                raise ScriptError(f"script.noncanonical: must be true or false, got {noncanonical!r}")
-            obj = obj.get("rules")
-        if not isinstance(obj, list) or not obj:
-            raise ScriptError("script: expected a non-empty list of rules (or an object with 'rules')")
-        rules = tuple(_rule_from_obj(rule, f"rules[{i}]") for i, rule in enumerate(obj))
-        return cls(rules=rules, noncanonical=noncanonical, name=name)
+        try:
+            script = cls.model_validate({"rules": obj} if isinstance(obj, list) else obj)
+        except ValidationError as exc:
+            error = exc.errors(include_url=False)[0]
+            where = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in error["loc"])
+            raise ScriptError(f"script{where}: {error['msg']}".replace("script.rules", "rules")) from None
+        return script.model_copy(update={"name": name})
 
     @classmethod
     def load(cls, path: str | Path) -> Script:
@@ -284,7 +257,7 @@ class ScriptedBackend(Backend):
                         raise ScriptError(
                             f"{where}.token_ids: ids {bad[:5]} are outside the vocabulary (size {self.vocab_size})"
                         )
-                    row.append(reply.token_ids)
+                    row.append(tuple(reply.token_ids))
                     continue
                 assert reply.text is not None
                 ids = self.tokens.encode_sync(reply.text)
@@ -319,6 +292,11 @@ class ScriptedBackend(Backend):
         Raises:
             ProtocolError: no rule matches, or the reply violates the request's constraint.
         """
+        if request.top_logprobs_num or request.token_ids_logprob:
+            raise ProtocolError.value(
+                "The scripted backend has no distribution for top_logprobs_num or token_ids_logprob; "
+                "use the hf backend."
+            )
         await self.compile_grammar(request)
         continuation = self._continuations.pop(prompt_key(request.input_ids), None)
         if continuation is not None:
@@ -418,25 +396,7 @@ class _ScriptedGeneration(Generation):
         if request.wants_input_logprobs:
             start = request.logprob_start_len
             result.input_logprobs = scripted_input_logprobs(request.input_ids, start)
-            positions = range(start, request.prompt_tokens)
-            if request.top_logprobs_num:
-                result.input_top_logprobs = [
-                    None if pos == start else self._top(0, pos, request.input_ids[pos]) for pos in positions
-                ]
-            if request.token_ids_logprob:
-                result.input_token_ids_logprobs = [
-                    None if pos == start else self._ids(0, pos) for pos in positions
-                ]
         return result
-
-    def _top(self, key: int, position: int, token: int) -> list[tuple[float, int]]:
-        """Synthetic top-k: the emitted token first, then halving probabilities (sum stays below 1)."""
-        first = scripted_logprob(key, position, token)
-        vocab = self.backend.vocab_size
-        return [(first + i * _HALF, (token + i) % vocab) for i in range(self.request.top_logprobs_num)]
-
-    def _ids(self, key: int, position: int) -> list[tuple[float, int]]:
-        return [(scripted_logprob(key, position, tok), tok) for tok in self.request.token_ids_logprob or []]
 
     async def next_tokens(self, limit: int) -> list[TokenStep]:
         chunk = self.reply[self.position : self.position + max(1, limit)]
@@ -447,10 +407,6 @@ class _ScriptedGeneration(Generation):
         for offset, tok in enumerate(chunk):
             position = start + offset
             step = TokenStep(token_id=tok, logprob=scripted_logprob(key, position, tok))
-            if request.top_logprobs_num:
-                step.top_logprobs = self._top(key, position, tok)
-            if request.token_ids_logprob:
-                step.token_ids_logprobs = self._ids(key, position)
             if request.return_top_p_token_ids:  # synthetic nucleus: the token and 0-2 of its neighbours
                 step.top_p_ids = [(tok + i) % self.backend.vocab_size for i in range(1 + position % 3)]
             steps.append(step)
