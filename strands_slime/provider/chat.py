@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from strands_slime.provider.chat_families import ChatFamily, resolve_chat_family, token_id
+from strands_slime.provider.fast_tokenizer import FAST_ENCODE_MAX_CHARS, fast_encoder
 from strands_slime.provider.tool_parsers import THINK_CLOSE, THINK_OPEN
 from strands_slime.runtime import get_runtime
 
@@ -170,7 +171,9 @@ class ChatTemplater:
     given as ``chat_family``; an unsupported template raises ``UnsupportedChatTemplate``.
 
     Tokenizer work on long texts runs in one worker thread per tokenizer (HF tokenizers must not be
-    driven from several threads at once), so the event loop never stalls on a large tool output.
+    driven from several threads at once), so the event loop never stalls on a large tool output. Where
+    the ``fast-tokenizer`` extra encodes this vocabulary exactly, texts up to
+    ``FAST_ENCODE_MAX_CHARS`` are encoded by it on the loop (:mod:`strands_slime.provider.fast_tokenizer`).
     """
 
     def __init__(
@@ -201,6 +204,8 @@ class ChatTemplater:
             if isinstance(v, str)
         }
         self._backend = getattr(tokenizer, "backend_tokenizer", None)
+        self.fast_encode = fast_encoder(tokenizer, self._encode_unlocked)
+        """The exact fast encoder for this vocabulary (the ``fast-tokenizer`` extra), or None."""
         if self._compiled is not None and not self._compiled_matches_transformers():
             self._compiled = None
         self._lock = threading.Lock()
@@ -378,6 +383,8 @@ class ChatTemplater:
 
     def encode(self, text: str) -> list[int]:
         """Encode with special tokens recognised and none added (what SGLang does with rendered text)."""
+        if self.fast_encode is not None and len(text) <= FAST_ENCODE_MAX_CHARS:
+            return self.fast_encode(text)
         with self._lock:
             return self._encode_unlocked(text)
 
@@ -405,7 +412,10 @@ class ChatTemplater:
         return self._executor
 
     async def encode_async(self, text: str) -> list[int]:
-        """Encode, off the event loop when the text is long or the tokenizer is busy."""
+        """Encode, off the event loop when the text is long or the tokenizer is busy (the fast encoder,
+        where there is one, takes texts up to ``FAST_ENCODE_MAX_CHARS`` on the loop)."""
+        if self.fast_encode is not None and len(text) <= FAST_ENCODE_MAX_CHARS:
+            return self.fast_encode(text)
         if len(text) <= self.offload_chars and self._lock.acquire(blocking=False):
             try:
                 return self._encode_unlocked(text)
