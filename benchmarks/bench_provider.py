@@ -450,6 +450,7 @@ def run_side_by_side(
     options: Mapping[str, Mapping[str, Any]] | None = None,
     timeout: float = 900,
     checkouts: Mapping[str, Path] | None = None,
+    packages: Mapping[str, Path] | None = None,
 ) -> dict[str, Any]:
     """Every provider's driver at once, each with its own server, all drivers sharing one CPU and all
     servers the other: the same time window, so a change in the machine's speed (a shared host) moves
@@ -457,7 +458,8 @@ def run_side_by_side(
     taken over the window from ``settle_s`` after the common start to the end of that time.
     ``options``: :func:`driver_command` keywords per provider (a bound variant). ``checkouts``: labels
     (``"ours@before"``) whose driver and package come from another checkout of this repository (the
-    provider is the part before ``@``)."""
+    provider is the part before ``@``); ``packages``: labels whose package comes from another checkout
+    but whose driver is this one (the same harness and options over another revision's code)."""
     work = Path(tempfile.mkdtemp(prefix="side-by-side-"))
     processes: list[subprocess.Popen[str]] = []
     env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error", "TOKENIZERS_PARALLELISM": "false"}
@@ -486,6 +488,9 @@ def run_side_by_side(
                 if checkout is not None:
                     command[1] = str(checkout / "benchmarks" / "provider_driver.py")
                     driver_env = {**env, "PYTHONPATH": str(checkout)}
+                elif (package := (packages or {}).get(provider)) is not None:
+                    driver_env = {**env, "PYTHONPATH": str(package)}
+                    checkout = package
                 with (work / f"{provider}.err").open("w") as stderr:
                     processes.append(
                         subprocess.Popen(
@@ -640,7 +645,9 @@ def run_paths(
                     for r in side
                 ],
                 "cpu_ms_per_turn": {lab: _median_of(side, lab) for lab in labels},
-                "over_peer": {lab: _ratio_median(side, lab) for lab in labels if lab != "peer"},
+                "over_peer": {
+                    lab: _ratio_median(side, lab) for lab in labels if lab != "peer" and "peer" in labels
+                },
             },
             "back_to_back": {
                 "episodes": abba_episodes[concurrency],

@@ -604,7 +604,7 @@ def _fast_tokenizer_used(provider: Provider) -> bool | None:
         return None
     from strands_slime.provider.chat import get_templater
 
-    return get_templater(provider.tokenizer).fast_encode is not None
+    return getattr(get_templater(provider.tokenizer), "fast_encode", None) is not None
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -107,7 +107,15 @@ def test_driver_ours_against_the_dev_server(small_transcripts: list[dict[str, An
             *("--provider", "ours", "--url", server.url, "--transcripts", str(path)),
             *("--concurrency", "2", "--episodes", "4", "--without-strands", "--no-rollout-gc"),
         )
-    assert result["rollout_gc"] is False
+        bare = _run_driver(
+            tmp_path,
+            *("--provider", "ours", "--url", server.url, "--transcripts", str(path)),
+            *("--concurrency", "2", "--episodes", "4", "--ours-setup", "bare"),
+        )
+    assert result["rollout_gc"] is False and result["ours_setup"] == "readme"
+    assert bare["ours_setup"] == "bare" and bare["rollout_gc"] is False
+    # a bare Agent(model=SGLangModel(...)) gets none of the savings and the very same trajectories
+    assert bare["errors"] == {} and bare["trajectory_tokens"] == result["trajectory_tokens"]
     assert result["errors"] == {} and result["tool_misses"] == {}
     assert result["model_calls"] == sum(len(t["turns"]) for t in small_transcripts[:4])
     # Driven without Strands, the provider sees the same messages and builds the same trajectories.
@@ -451,6 +459,38 @@ def test_side_by_side_runs_both_drivers_in_one_window(
         assert cell["errors"] == {}
         assert cell["calls_in_window"] > 0 and cell["cpu_ms_per_turn"] > 0
     assert result["ours_over_peer"] is None  # no peer in this run
+
+
+@pytest.mark.slow  # six drivers, three servers at a time
+def test_paths_run_both_methods_and_report_them(
+    small_transcripts: list[dict[str, Any]], tmp_path: Path
+) -> None:
+    import sys
+
+    path = tmp_path / "t.json"
+    transcript_data.save(small_transcripts, path)
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps(transcript_data.dev_server_script(small_transcripts)))
+    labels = ["ours", "ours:bare", "floor"]
+    paths = bench_provider.run_paths(
+        Path(sys.executable),
+        script,
+        path,
+        [2],
+        repeats=1,
+        run_for_s=3.0,
+        settle_s=1.0,
+        abba_episodes={2: 4},
+        labels=labels,
+    )
+    cell = paths["cells"]["2"]
+    for label in labels:
+        assert cell["side_by_side"]["cpu_ms_per_turn"][label] > 0
+        assert cell["back_to_back"]["cpu_ms_per_turn"][label] > 0
+    assert cell["back_to_back"]["errors"] == {label: 0 for label in labels}
+    results = {"date": "2026-11-27T00:00:00+00:00", "machine": {"cpu": "x", "cpus": 2}, "paths": paths}
+    table = "\n".join(bench_provider.render_paths(results))
+    assert "| 2 | side by side |" in table and "| 2 | back to back |" in table
 
 
 def test_report_judges_the_goal_side_by_side() -> None:
