@@ -45,6 +45,7 @@ import transcripts as transcript_data  # noqa: E402
 
 RESULTS_PATH = REPO_ROOT / "benchmarks" / "results" / "provider.json"
 QUICK_RESULTS_PATH = REPO_ROOT / "benchmarks" / "results" / "provider-quick.json"
+DOC_PATH = REPO_ROOT / "docs" / "benchmarks.md"
 PATHS_RESULTS_PATH = REPO_ROOT / "benchmarks" / "results" / "provider-paths.json"
 DRIVER = BENCH_DIR / "provider_driver.py"
 PEER_VENV = REPO_ROOT / ".venv-peer"
@@ -882,7 +883,54 @@ def render_paths(results: dict[str, Any]) -> list[str]:
                 + " | ".join(_fmt(ratios.get(lab)) for lab in ("ours", "ours:bare", "floor"))
                 + " |"
             )
+    lines += ["", *_paths_goal(paths)]
     return lines
+
+
+def _paths_goal(paths: dict[str, Any]) -> list[str]:
+    """One line per path: ours/peer at 64 and 256 by both methods against the goal."""
+    lines = []
+    for label, name in (("ours:bare", "bare"), ("ours", "as the README writes it")):
+        found = [
+            (concurrency, method, cell[key]["over_peer"].get(label))
+            for concurrency, cell in paths["cells"].items()
+            if concurrency in ("64", "256")
+            for method, key in (("side by side", "side_by_side"), ("back to back", "back_to_back"))
+        ]
+        found = [(c, m, r) for c, m, r in found if r is not None]
+        if not found:
+            continue
+        met = all(r <= OURS_OVER_PEER_GOAL for _, _, r in found)
+        lines.append(
+            f"Goal (ours/peer at most {OURS_OVER_PEER_GOAL} at 64 and 256), ours {name}: "
+            + ("**met**" if met else "**not met**")
+            + " ("
+            + ", ".join(f"{c} {m} {r:.2f}" for c, m, r in found)
+            + ")."
+        )
+    return lines
+
+
+PATHS_DOC_BEGIN = "<!-- provider-paths: begin -->"
+PATHS_DOC_END = "<!-- provider-paths: end -->"
+
+
+def paths_section(results: dict[str, Any]) -> str:
+    """:func:`render_paths` between the markers that :func:`write_paths_doc` replaces."""
+    return "\n".join([PATHS_DOC_BEGIN, *render_paths(results), "", PATHS_DOC_END])
+
+
+def write_paths_doc(results: dict[str, Any], doc: Path) -> None:
+    """Replace the section between the markers in ``doc`` (appended under a heading when absent);
+    the findings written around it stay."""
+    text = doc.read_text()
+    section = paths_section(results)
+    if PATHS_DOC_BEGIN in text and PATHS_DOC_END in text:
+        head, rest = text.split(PATHS_DOC_BEGIN, 1)
+        text = head + section + rest.split(PATHS_DOC_END, 1)[1]
+    else:
+        text = text.rstrip() + "\n\n" + section + "\n"
+    doc.write_text(text)
 
 
 def _run_sweep(
@@ -1338,6 +1386,9 @@ def main() -> None:
         action="store_true",
         help="only both paths by both methods (benchmarks/results/provider-paths.json)",
     )
+    parser.add_argument(
+        "--write-doc", action="store_true", help="with --paths: update its section of docs/benchmarks.md"
+    )
     args = parser.parse_args()
     if args.setup_peer:
         print(setup_peer_venv())
@@ -1349,6 +1400,9 @@ def main() -> None:
         out.write_text(json.dumps(results, indent=2) + "\n")
         print("\n".join(render_paths(results)))
         print(f"\nwrote {out}")
+        if args.write_doc and not args.quick:
+            write_paths_doc(results, DOC_PATH)
+            print(f"updated {DOC_PATH}")
         return
     results = run(quick=args.quick)
     out = args.out or (QUICK_RESULTS_PATH if args.quick else RESULTS_PATH)

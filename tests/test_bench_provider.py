@@ -493,6 +493,53 @@ def test_paths_run_both_methods_and_report_them(
     assert "| 2 | side by side |" in table and "| 2 | back to back |" in table
 
 
+def _paths_cell(bare: float, readme: float) -> dict[str, Any]:
+    per_turn = {"ours": readme * 8.0, "ours:bare": bare * 8.0, "peer": 8.0, "floor": 1.5}
+    over_peer = {"ours": readme, "ours:bare": bare, "floor": 1.5 / 8.0}
+    return {
+        "side_by_side": {
+            "repeats": [{"load_average_1min": [2.0, 3.5]}],
+            "cpu_ms_per_turn": per_turn,
+            "over_peer": over_peer,
+        },
+        "back_to_back": {
+            "cpu_ms_per_turn": per_turn,
+            "over_peer": over_peer,
+            "load_average_1min": [1.0, 4.0],
+        },
+    }
+
+
+def test_paths_section_judges_each_path_and_replaces_itself_in_the_doc(tmp_path: Path) -> None:
+    results = {
+        "date": "2026-11-27T03:00:00+00:00",
+        "machine": {"cpu": "x", "cpus": 2},
+        "paths": {
+            "labels": ["ours", "ours:bare", "peer", "floor"],
+            "repeats": 1,
+            "window_s": [8.0, 30.0],
+            "cells": {
+                "64": _paths_cell(0.61, 0.45),
+                "256": _paths_cell(0.7, 0.5),
+                "1024": _paths_cell(0.9, 0.9),
+            },
+        },
+    }
+    section = bench_provider.paths_section(results)
+    assert "load average 1.0 to 4.0" in section
+    assert "| 64 | side by side | 3.60 | 4.88 | 8.00 | 1.50 | 0.45 | 0.61 | 0.19 |" in section
+    assert "ours bare: **not met** (64 side by side 0.61" in section
+    assert "ours as the README writes it: **met**" in section  # 1024 is not part of the goal
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text("# Benchmarks\n\nfindings before\n")
+    bench_provider.write_paths_doc(results, doc)
+    results["paths"]["cells"]["64"] = _paths_cell(0.4, 0.3)
+    bench_provider.write_paths_doc(results, doc)
+    text = doc.read_text()
+    assert text.count(bench_provider.PATHS_DOC_BEGIN) == 1 and "findings before" in text
+    assert "ours bare: **not met** (64 side by side 0.40" in text
+
+
 def test_report_judges_the_goal_side_by_side() -> None:
     results = synthetic_results()
     results["paired_ratios"] = {"64": {"total": 2.0, "ours_over_peer": 0.52, "ours_over_peer_all": [0.52]}}
