@@ -746,15 +746,7 @@ def run(quick: bool = False, *, providers: list[str] | None = None) -> dict[str,
     wanted = providers or (["ours", "peer"] if peer_error is None else ["ours"])
     work = Path(tempfile.mkdtemp(prefix="bench-provider-"))
     try:
-        from strands_slime.provider.tokenizer import load_tokenizer
-
-        data = transcript_data.build_transcripts(
-            settings["distinct_transcripts"], load_tokenizer(), seed=SEED
-        )
-        transcripts_file = work / "transcripts.json"
-        script_file = work / "script.json"
-        transcript_data.save(data, transcripts_file)
-        script_file.write_text(json.dumps(transcript_data.dev_server_script(data)))
+        data, transcripts_file, script_file = write_workload(settings["distinct_transcripts"], work)
         sweep = _run_sweep(python, wanted, settings, transcripts_file, script_file)
         latency = _run_latency(python, wanted, settings, transcripts_file, script_file)
         side_by_side = (
@@ -794,6 +786,18 @@ def run(quick: bool = False, *, providers: list[str] | None = None) -> dict[str,
     }
 
 
+def write_workload(distinct: int, work: Path) -> tuple[list[dict[str, Any]], Path, Path]:
+    """``distinct`` seeded transcripts, and the files in ``work`` that the drivers (transcripts) and
+    the server (script) read."""
+    from strands_slime.provider.tokenizer import load_tokenizer
+
+    data = transcript_data.build_transcripts(distinct, load_tokenizer(), seed=SEED)
+    transcripts_file, script_file = work / "transcripts.json", work / "script.json"
+    transcript_data.save(data, transcripts_file)
+    script_file.write_text(json.dumps(transcript_data.dev_server_script(data)))
+    return data, transcripts_file, script_file
+
+
 def _paths(python: Path, spec: dict[str, Any], transcripts_file: Path, script_file: Path) -> dict[str, Any]:
     return run_paths(
         python,
@@ -813,14 +817,7 @@ def run_paths_only(quick: bool = False) -> dict[str, Any]:
     python = setup_peer_venv()
     work = Path(tempfile.mkdtemp(prefix="bench-paths-"))
     try:
-        from strands_slime.provider.tokenizer import load_tokenizer
-
-        data = transcript_data.build_transcripts(
-            settings["distinct_transcripts"], load_tokenizer(), seed=SEED
-        )
-        transcripts_file, script_file = work / "transcripts.json", work / "script.json"
-        transcript_data.save(data, transcripts_file)
-        script_file.write_text(json.dumps(transcript_data.dev_server_script(data)))
+        data, transcripts_file, script_file = write_workload(settings["distinct_transcripts"], work)
         paths = _paths(python, settings["paths"], transcripts_file, script_file)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -921,13 +918,17 @@ def paths_section(results: dict[str, Any]) -> str:
 
 
 def write_paths_doc(results: dict[str, Any], doc: Path) -> None:
-    """Replace the section between the markers in ``doc`` (appended under a heading when absent);
-    the findings written around it stay."""
+    """Replace the paths section of ``doc``; the findings written around it stay."""
+    replace_doc_section(doc, PATHS_DOC_BEGIN, PATHS_DOC_END, paths_section(results))
+
+
+def replace_doc_section(doc: Path, begin: str, end: str, section: str) -> None:
+    """Replace the text from ``begin`` to ``end`` in ``doc`` by ``section`` (which carries both
+    markers), or append it when the markers are absent."""
     text = doc.read_text()
-    section = paths_section(results)
-    if PATHS_DOC_BEGIN in text and PATHS_DOC_END in text:
-        head, rest = text.split(PATHS_DOC_BEGIN, 1)
-        text = head + section + rest.split(PATHS_DOC_END, 1)[1]
+    if begin in text and end in text:
+        head, rest = text.split(begin, 1)
+        text = head + section + rest.split(end, 1)[1]
     else:
         text = text.rstrip() + "\n\n" + section + "\n"
     doc.write_text(text)

@@ -176,15 +176,8 @@ def render_markdown(results: dict[str, Any]) -> str:
 
 def write_doc(results: dict[str, Any]) -> None:
     """Replace (or append) the section between the markers in docs/benchmarks.md."""
-    text = DOC_PATH.read_text()
-    section = render_markdown(results)
     begin, end = _markers(results["gc"], results.get("setup"))
-    if begin in text and end in text:
-        head, rest = text.split(begin, 1)
-        text = head + section + rest.split(end, 1)[1]
-    else:
-        text = text.rstrip() + "\n\n" + section + "\n"
-    DOC_PATH.write_text(text)
+    bench_provider.replace_doc_section(DOC_PATH, begin, end, render_markdown(results))
 
 
 def main() -> None:

@@ -26,7 +26,6 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_provider
-import transcripts as transcript_data
 
 PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
@@ -67,12 +66,7 @@ def profile(provider: str, setup: str, concurrency: int, seconds: float) -> dict
     if not py_spy.exists():
         raise SystemExit(f"py-spy is not installed in the peer venv: {python} -m pip install py-spy")
     work = Path(tempfile.mkdtemp(prefix="profile-provider-"))
-    from strands_slime.provider.tokenizer import load_tokenizer
-
-    data = transcript_data.build_transcripts(64, load_tokenizer(), seed=bench_provider.SEED)
-    transcripts_file, script_file = work / "transcripts.json", work / "script.json"
-    transcript_data.save(data, transcripts_file)
-    script_file.write_text(json.dumps(transcript_data.dev_server_script(data)))
+    _, transcripts_file, script_file = bench_provider.write_workload(64, work)
     raw = work / "profile.txt"
     with bench_provider.Server(script_file) as server:
         command = bench_provider.driver_command(

@@ -6,6 +6,7 @@ import array
 import importlib.util
 import json
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -440,16 +441,19 @@ def test_driver_runs_round_after_round_from_the_start_it_is_given(
     assert calls > 0 and ms is not None and ms > 0
 
 
-@pytest.mark.slow  # two drivers, two servers
-def test_side_by_side_runs_both_drivers_in_one_window(
-    small_transcripts: list[dict[str, Any]], tmp_path: Path
-) -> None:
-    import sys
-
+@pytest.fixture
+def workload_files(small_transcripts: list[dict[str, Any]], tmp_path: Path) -> tuple[Path, Path]:
+    """The drivers' transcripts file and the server's script file of the small transcripts."""
     path = tmp_path / "t.json"
     transcript_data.save(small_transcripts, path)
     script = tmp_path / "s.json"
     script.write_text(json.dumps(transcript_data.dev_server_script(small_transcripts)))
+    return path, script
+
+
+@pytest.mark.slow  # two drivers, two servers
+def test_side_by_side_runs_both_drivers_in_one_window(workload_files: tuple[Path, Path]) -> None:
+    path, script = workload_files
     result = bench_provider.run_side_by_side(
         Path(sys.executable), ["ours", "floor"], script, path, 2, run_for_s=3.0, settle_s=1.0
     )
@@ -462,15 +466,8 @@ def test_side_by_side_runs_both_drivers_in_one_window(
 
 
 @pytest.mark.slow  # six drivers, three servers at a time
-def test_paths_run_both_methods_and_report_them(
-    small_transcripts: list[dict[str, Any]], tmp_path: Path
-) -> None:
-    import sys
-
-    path = tmp_path / "t.json"
-    transcript_data.save(small_transcripts, path)
-    script = tmp_path / "s.json"
-    script.write_text(json.dumps(transcript_data.dev_server_script(small_transcripts)))
+def test_paths_run_both_methods_and_report_them(workload_files: tuple[Path, Path]) -> None:
+    path, script = workload_files
     labels = ["ours", "ours:bare", "floor"]
     paths = bench_provider.run_paths(
         Path(sys.executable),
@@ -570,15 +567,8 @@ def test_report_judges_the_goal_side_by_side() -> None:
 
 
 @pytest.mark.slow  # two servers
-def test_side_by_side_says_why_a_driver_ended_before_its_warm_up(
-    small_transcripts: list[dict[str, Any]], tmp_path: Path
-) -> None:
-    import sys
-
-    path = tmp_path / "t.json"
-    transcript_data.save(small_transcripts, path)
-    script = tmp_path / "s.json"
-    script.write_text(json.dumps(transcript_data.dev_server_script(small_transcripts)))
+def test_side_by_side_says_why_a_driver_ended_before_its_warm_up(workload_files: tuple[Path, Path]) -> None:
+    path, script = workload_files
     # The test interpreter has no strands-sglang: the peer's driver fails before its warm-up ends.
     pytest.importorskip("strands", reason="the floor driver needs Strands")
     if importlib.util.find_spec("strands_sglang") is not None:
