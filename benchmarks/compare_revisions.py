@@ -154,7 +154,9 @@ def render_markdown(results: dict[str, Any]) -> str:
         begin,
         f"### Before and after: {results['path']}",
         "",
-        f"`python benchmarks/compare_revisions.py --base {results['base']['rev']}` on {results['date']} "
+        f"`python benchmarks/compare_revisions.py --base {results['base']['rev']}"
+        + (f" --setup {results['setup']}" if results.get("setup") else "")
+        + f"` on {results['date']} "
         f"({machine.get('cpu', '?')}, {machine.get('cpus', '?')} CPUs, load {results.get('load_average', '?')}): base "
         f"`{results['base']['commit'][:8]}`, head `{results['head']['commit'][:8]}`; {results['path']}; both "
         f"drivers at once on one CPU, each with its own dev server on the other, CPU per turn over "
