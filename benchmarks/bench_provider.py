@@ -763,11 +763,7 @@ def run(quick: bool = False, *, providers: list[str] | None = None) -> dict[str,
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return {
-        "benchmark": "provider",
-        "quick": quick,
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "machine": machine_info(),
-        "versions": versions(python),
+        **_result_header("provider", quick, python),
         "plan": {
             **settings,
             "sweep": {str(k): v for k, v in settings["sweep"].items()},
@@ -783,6 +779,17 @@ def run(quick: bool = False, *, providers: list[str] | None = None) -> dict[str,
         "side_by_side": side_by_side,
         "audit": audit,
         "paths": paths,
+    }
+
+
+def _result_header(benchmark: str, quick: bool, python: Path) -> dict[str, Any]:
+    """What every result file starts with: which benchmark, when, on which machine, which versions."""
+    return {
+        "benchmark": benchmark,
+        "quick": quick,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "machine": machine_info(),
+        "versions": versions(python),
     }
 
 
@@ -822,11 +829,7 @@ def run_paths_only(quick: bool = False) -> dict[str, Any]:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return {
-        "benchmark": "provider-paths",
-        "quick": quick,
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "machine": machine_info(),
-        "versions": versions(python),
+        **_result_header("provider-paths", quick, python),
         "transcripts": transcript_data.summary(data),
         "paths": paths,
     }
