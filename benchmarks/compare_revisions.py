@@ -37,9 +37,10 @@ RESULTS_PATH = REPO_ROOT / "benchmarks" / "results" / "revisions.json"
 DOC_PATH = REPO_ROOT / "docs" / "benchmarks.md"
 
 
-def _markers(gc: bool) -> tuple[str, str]:
-    """The docs markers of one mode's section (plain provider path, or generate's GC settings)."""
-    mode = "generate-gc" if gc else "plain"
+def _markers(gc: bool, setup: str | None = None) -> tuple[str, str]:
+    """The docs markers of one mode's section (plain provider path, generate's GC settings, or one
+    ``--setup`` of this checkout's driver over both packages)."""
+    mode = f"setup-{setup}" if setup else "generate-gc" if gc else "plain"
     return f"<!-- compare-revisions {mode}: begin -->", f"<!-- compare-revisions {mode}: end -->"
 
 
@@ -50,16 +51,27 @@ def _git(*args: str) -> str:
 
 
 def compare(
-    base: str, concurrencies: list[int], repeats: int, run_for_s: float, settle_s: float, gc: bool
+    base: str,
+    concurrencies: list[int],
+    repeats: int,
+    run_for_s: float,
+    settle_s: float,
+    gc: bool,
+    setup: str | None = None,
 ) -> dict[str, Any]:
-    """Both revisions side by side at each concurrency, ``repeats`` times; the medians and ratios."""
+    """Both revisions side by side at each concurrency, ``repeats`` times; the medians and ratios.
+    With ``setup`` (``readme`` or ``bare``: ``provider_driver.py --ours-setup``) both run this
+    checkout's driver over their own package, so the same harness and options measure both codes."""
     base_commit = _git("rev-parse", base)
     head_commit = _git("rev-parse", "HEAD")
     worktree = Path(tempfile.mkdtemp(prefix="compare-revisions-")) / "base"
     _git("worktree", "add", "--detach", str(worktree), base_commit)
     work = Path(tempfile.mkdtemp(prefix="compare-revisions-data-"))
     labels = {"ours@base": worktree}
-    options = {label: {"rollout_gc": gc} for label in ("ours@base", "ours")}
+    options: dict[str, dict[str, Any]] = {label: {"rollout_gc": gc} for label in ("ours@base", "ours")}
+    if setup is not None:
+        for label in options:
+            options[label]["ours_setup"] = setup
     cells: dict[str, Any] = {}
     try:
         from strands_slime.provider.tokenizer import load_tokenizer
@@ -81,7 +93,8 @@ def compare(
                     run_for_s=run_for_s,
                     settle_s=settle_s,
                     options=options,
-                    checkouts=labels,
+                    checkouts=labels if setup is None else None,
+                    packages=labels if setup is not None else None,
                 )
                 before = result["providers"]["ours@base"]["cpu_ms_per_turn"]
                 after = result["providers"]["ours"]["cpu_ms_per_turn"]
@@ -114,9 +127,8 @@ def compare(
         "base": {"rev": base, "commit": base_commit},
         "head": {"commit": head_commit},
         "gc": gc,
-        "path": "with generate's GC settings (decode scope, pace, tuned collector)"
-        if gc
-        else "the plain provider path (Agent + SGLangModel + plugin per episode, as the README writes it)",
+        "setup": setup,
+        "path": _path_name(gc, setup),
         "window_s": [settle_s, run_for_s],
         "repeats": repeats,
         "load_average": round(os.getloadavg()[0], 1),
@@ -124,15 +136,27 @@ def compare(
     }
 
 
+def _path_name(gc: bool, setup: str | None) -> str:
+    if setup == "bare":
+        return "plain provider as written bare (`Agent(model=SGLangModel(...))`, no plugin, no settings), this checkout's driver over both packages"
+    if setup == "readme":
+        return "plain provider as the README writes it (`rollout_settings()` wired, the model's plugin), this checkout's driver over both packages"
+    if gc:
+        return "each revision's own driver, with generate's GC settings (decode scope, pace, tuned collector)"
+    return "each revision's own driver, the plain provider path (Agent + SGLangModel + plugin per episode)"
+
+
 def render_markdown(results: dict[str, Any]) -> str:
     """The docs section for ``results``."""
     machine = results["machine"]
-    begin, end = _markers(results["gc"])
+    begin, end = _markers(results["gc"], results.get("setup"))
     lines = [
         begin,
         f"### Before and after: {results['path']}",
         "",
-        f"`python benchmarks/compare_revisions.py --base {results['base']['rev']}` on {results['date']} "
+        f"`python benchmarks/compare_revisions.py --base {results['base']['rev']}"
+        + (f" --setup {results['setup']}" if results.get("setup") else "")
+        + f"` on {results['date']} "
         f"({machine.get('cpu', '?')}, {machine.get('cpus', '?')} CPUs, load {results.get('load_average', '?')}): base "
         f"`{results['base']['commit'][:8]}`, head `{results['head']['commit'][:8]}`; {results['path']}; both "
         f"drivers at once on one CPU, each with its own dev server on the other, CPU per turn over "
@@ -154,15 +178,8 @@ def render_markdown(results: dict[str, Any]) -> str:
 
 def write_doc(results: dict[str, Any]) -> None:
     """Replace (or append) the section between the markers in docs/benchmarks.md."""
-    text = DOC_PATH.read_text()
-    section = render_markdown(results)
-    begin, end = _markers(results["gc"])
-    if begin in text and end in text:
-        head, rest = text.split(begin, 1)
-        text = head + section + rest.split(end, 1)[1]
-    else:
-        text = text.rstrip() + "\n\n" + section + "\n"
-    DOC_PATH.write_text(text)
+    begin, end = _markers(results["gc"], results.get("setup"))
+    bench_provider.replace_doc_section(DOC_PATH, begin, end, render_markdown(results))
 
 
 def main() -> None:
@@ -175,6 +192,12 @@ def main() -> None:
     parser.add_argument("--run-for", type=float, default=30.0, help="seconds each driver runs")
     parser.add_argument("--settle", type=float, default=8.0, help="seconds before the measured window")
     parser.add_argument("--gc", action="store_true", help="both with the rollout's GC tuning")
+    parser.add_argument(
+        "--setup",
+        choices=("readme", "bare"),
+        help="run this checkout's driver over both packages with --ours-setup SETUP (bare works on any "
+        "revision; readme needs rollout_settings in the base)",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS_PATH)
     parser.add_argument("--write-doc", action="store_true", help="update docs/benchmarks.md")
     args = parser.parse_args()
@@ -185,6 +208,7 @@ def main() -> None:
         args.run_for,
         args.settle,
         args.gc,
+        args.setup,
     )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")

@@ -13,9 +13,13 @@ Providers:
   peer   strands_sglang.SGLangModel (0.6.2)
   floor  the same agent loop with an in-process scripted Strands model: no HTTP, no tokenizer. What
          any provider pays for Strands itself.
-``ours`` runs as ``strands_slime.generate`` runs it in slime's rollout process: after the warm-up it
-applies the rollout's default GC settings (``gc_tuning: true``: ``gc.freeze()`` and a higher gen-0
-threshold); ``--no-rollout-gc`` leaves CPython's defaults. The peer and the floor keep the defaults.
+``ours`` runs as README's "Use the provider directly" writes it (``--ours-setup readme``, the default):
+``rollout_settings()`` once at start-up (Strands' tracer guard, the rollout's GC policy), the client's
+``decode_scope``, the model's ``pace``, ``settings.episode()`` around each episode and the model's
+plugin: what ``strands_slime.generate`` gives its episodes. ``--no-rollout-gc`` asks for
+``rollout_settings(gc_tuning=False)``; ``--ours-setup bare`` is ``Agent(model=SGLangModel(...))`` with
+none of it; ``--no-fast-tokenizer`` runs ours as if the fast-tokenizer extra were not installed. The
+peer and the floor keep CPython's GC defaults.
 ``--strands-patches`` applies the two patches of strands-notes §6 (no telemetry serialization when
 no span records; no deep copy in ``_normalize_messages``) to show which part of the cost is Strands'.
 """
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import itertools
 import json
@@ -149,9 +154,20 @@ def _floor_turn(turn: dict[str, Any]) -> tuple[str, list[str]]:
 class Provider:
     """Builds one model per episode and reads its trajectory length."""
 
-    def __init__(self, name: str, url: str | None, max_connections: int, rollout_gc: bool = False) -> None:
+    def __init__(
+        self,
+        name: str,
+        url: str | None,
+        max_connections: int,
+        rollout_gc: bool = False,
+        setup: str = "readme",
+    ) -> None:
         self.name = name
         self.client: Any = None
+        self.episode_scope: Callable[[], Any] = contextlib.nullcontext
+        """Entered around each episode (ours as the README writes it: ``settings.episode``)."""
+        self.plugin = False
+        """Whether the agent gets ``plugins=[model.plugin()]`` (ours as the README writes it)."""
         if name == "floor":
             self._floor_class = make_floor_model_class()
             return
@@ -162,17 +178,17 @@ class Provider:
         if name == "ours":
             from strands_slime.provider.client import SGLangClient
             from strands_slime.provider.model import SGLangModel
-            from strands_slime.provider.telemetry import skip_messages_of_unrecorded_spans
 
-            skip_messages_of_unrecorded_spans()  # the README's opt-in (the rollout's episode turns it on)
             wiring: dict[str, Any] = {}
             client_wiring: dict[str, Any] = {}
-            if rollout_gc:  # what strands_slime.generate gives its episodes (gc_tuning: true)
-                from strands_slime.rollout.episode import _pace
-                from strands_slime.rollout.gc_policy import GcPolicy
+            if setup == "readme":  # README, "Use the provider directly": what generate gives its episodes
+                from strands_slime import rollout_settings
 
-                wiring["pace"] = _pace
-                client_wiring["decode_scope"] = GcPolicy.collections_deferred
+                settings = rollout_settings(gc_tuning=rollout_gc)
+                wiring["pace"] = settings.pace
+                client_wiring["decode_scope"] = settings.decode_scope
+                self.episode_scope = settings.episode
+                self.plugin = True
             self.client = SGLangClient(url, max_connections=max_connections, **client_wiring)  # type: ignore[arg-type]
             self._build: Callable[[dict[str, Any]], Any] = lambda _t: SGLangModel(
                 self.tokenizer, "hermes", self.client, sampling_params=sampling, **wiring
@@ -339,13 +355,14 @@ async def run_episodes(
             callback_handler=None,
             conversation_manager=NullConversationManager(),
             retry_strategy=None,
-            plugins=[model.plugin()] if provider.name == "ours" else [],  # as the README writes it
+            plugins=[model.plugin()] if provider.plugin else [],  # as the README writes it
         )
         agent.add_hook(count_call, AfterModelCallEvent)
         try:
-            result = await agent.invoke_async(
-                transcript["prompt"], invocation_state={}, limits={"turns": len(transcript["turns"]) + 4}
-            )
+            with provider.episode_scope():
+                result = await agent.invoke_async(
+                    transcript["prompt"], invocation_state={}, limits={"turns": len(transcript["turns"]) + 4}
+                )
         except Exception as exc:
             outcome["errors"][f"{type(exc).__name__}: {str(exc)[:200]}"] += 1
             calls = sum(1 for m in agent.messages if m["role"] == "assistant")
@@ -411,39 +428,44 @@ async def run_episodes_without_strands(
     tool_specs = [tool.tool_spec]
     indices = episode_indices(len(episodes), until)
 
+    async def play(model: Any, transcript: dict[str, Any]) -> int:
+        """The episode's model calls, as Strands would make them; returns how many were made."""
+        messages: list[dict[str, Any]] = [{"role": "user", "content": [{"text": transcript["prompt"]}]}]
+        calls = 0
+        for _ in range(len(transcript["turns"]) + 4):
+            stream = model.stream(messages, tool_specs, transcript_data.SYSTEM_PROMPT, invocation_state={})
+            content, stop = await assemble_message(stream)
+            calls += 1
+            outcome["calls_so_far"] += 1
+            messages.append({"role": "assistant", "content": content})
+            uses = [block["toolUse"] for block in content if "toolUse" in block]
+            if stop != "tool_use" or not uses:
+                break
+            results = []
+            for use in uses:
+                output = outputs.get(use["input"].get("code"))
+                if output is None:
+                    outcome["errors"]["unknown code"] += 1
+                    output = ""
+                results.append(
+                    {
+                        "toolResult": {
+                            "toolUseId": use["toolUseId"],
+                            "status": "success",
+                            "content": [{"text": output}],
+                        }
+                    }
+                )
+            messages.append({"role": "user", "content": results})
+        return calls
+
     async def run_one(index: int) -> None:
         transcript = episodes[index % len(episodes)]
         model = provider.model(transcript)
-        messages: list[dict[str, Any]] = [{"role": "user", "content": [{"text": transcript["prompt"]}]}]
         calls = 0
         try:
-            for _ in range(len(transcript["turns"]) + 4):
-                stream = model.stream(
-                    messages, tool_specs, transcript_data.SYSTEM_PROMPT, invocation_state={}
-                )
-                content, stop = await assemble_message(stream)
-                calls += 1
-                outcome["calls_so_far"] += 1
-                messages.append({"role": "assistant", "content": content})
-                uses = [block["toolUse"] for block in content if "toolUse" in block]
-                if stop != "tool_use" or not uses:
-                    break
-                results = []
-                for use in uses:
-                    output = outputs.get(use["input"].get("code"))
-                    if output is None:
-                        outcome["errors"]["unknown code"] += 1
-                        output = ""
-                    results.append(
-                        {
-                            "toolResult": {
-                                "toolUseId": use["toolUseId"],
-                                "status": "success",
-                                "content": [{"text": output}],
-                            }
-                        }
-                    )
-                messages.append({"role": "user", "content": results})
+            with provider.episode_scope():
+                calls = await play(model, transcript)
         except Exception as exc:
             outcome["errors"][f"{type(exc).__name__}: {str(exc)[:200]}"] += 1
         outcome["model_calls"] += calls
@@ -464,7 +486,11 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     misses: Counter[str] = Counter()
     tool = make_tool(transcript_data.tool_outputs(data), misses)
     provider = Provider(
-        args.provider, args.url, args.max_connections, args.provider == "ours" and args.rollout_gc
+        args.provider,
+        args.url,
+        args.max_connections,
+        args.provider == "ours" and args.rollout_gc,
+        args.ours_setup,
     )
     outputs = transcript_data.tool_outputs(data) if args.without_strands else None
 
@@ -484,11 +510,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
 
     tick_cpu_s = await calibrate_ticker()
     gc.collect()
-    rollout_gc = args.provider == "ours" and args.rollout_gc
-    if rollout_gc:
-        from strands_slime.rollout.gc_policy import tune_gc_once
-
-        tune_gc_once()  # what strands_slime.generate does in the rollout process (gc_tuning: true)
+    rollout_gc = args.provider == "ours" and args.rollout_gc and args.ours_setup == "readme"
     if args.gc_freeze:
         gc.freeze()
     if args.gc_threshold:
@@ -538,6 +560,8 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         "strands_patches": args.strands_patches,
         "without_strands": args.without_strands,
         "rollout_gc": rollout_gc,
+        "ours_setup": args.ours_setup if args.provider == "ours" else None,
+        "fast_tokenizer": _fast_tokenizer_used(provider),
         "gc_freeze": args.gc_freeze,
         "gc_threshold": args.gc_threshold,
         "concurrency": args.concurrency,
@@ -574,6 +598,15 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def _fast_tokenizer_used(provider: Provider) -> bool | None:
+    """Whether ours encoded with the fast-tokenizer extra (None for the others)."""
+    if provider.name != "ours":
+        return None
+    from strands_slime.provider.chat import get_templater
+
+    return getattr(get_templater(provider.tokenizer), "fast_encode", None) is not None
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -594,6 +627,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         dest="rollout_gc",
         action="store_false",
         help="ours: leave CPython's GC defaults (as with gc_tuning: false) instead of what generate() sets",
+    )
+    parser.add_argument(
+        "--ours-setup",
+        choices=("readme", "bare"),
+        default="readme",
+        help="ours: as README's 'Use the provider directly' writes it (rollout_settings() wired, the "
+        "model's plugin: what generate gives its episodes) or bare Agent(model=SGLangModel(...))",
+    )
+    parser.add_argument(
+        "--no-fast-tokenizer",
+        dest="fast_tokenizer",
+        action="store_false",
+        help="ours: as without the fast-tokenizer extra installed (quicktok made unimportable)",
     )
     parser.add_argument("--gc-freeze", action="store_true", help="gc.freeze() after the warm-up")
     parser.add_argument(
@@ -628,6 +674,8 @@ def main(argv: list[str] | None = None) -> int:
         os.sched_setaffinity(0, {args.cpu})
     if args.strands_patches:
         apply_strands_patches()
+    if not args.fast_tokenizer:
+        sys.modules["quicktok"] = None  # type: ignore[assignment]  # an import of it raises ImportError
     result = asyncio.run(measure(args))
     args.out.write_text(json.dumps(result))
     return 0

@@ -216,7 +216,11 @@ def render_document(results: dict[str, dict[str, Any]], plot_written: bool) -> s
     if provider:
         import bench_provider
 
-        lines += ["## Provider", "", bench_provider.render_markdown(provider), ""]
+        lines += ["## Provider", ""]
+        paths = provider if provider.get("paths") else load_saved("provider-paths", False)
+        if paths:  # the figure to trust: both paths, both methods (bench_provider.py --paths)
+            lines += [bench_provider.paths_section(paths), ""]
+        lines += [bench_provider.render_markdown(provider), ""]
         if plot_written:
             lines += [f"![concurrency sweep]({PLOT_PATH.name})", ""]
         lines += [*provider_findings(provider), "", PROVIDER_PROFILE, "", PROVIDER_METHOD, ""]

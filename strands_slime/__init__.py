@@ -20,6 +20,7 @@ _LAZY = {
     "SGLangModel": ("strands_slime.provider.model", "SGLangModel"),
     "ToolLimiter": ("strands_slime.provider.limits", "ToolLimiter"),
     "ToolIterationLimiter": ("strands_slime.provider.limits", "ToolIterationLimiter"),
+    "rollout_settings": ("strands_slime.rollout.process_settings", "rollout_settings"),
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -6,6 +6,7 @@ import array
 import importlib.util
 import json
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -107,7 +108,15 @@ def test_driver_ours_against_the_dev_server(small_transcripts: list[dict[str, An
             *("--provider", "ours", "--url", server.url, "--transcripts", str(path)),
             *("--concurrency", "2", "--episodes", "4", "--without-strands", "--no-rollout-gc"),
         )
-    assert result["rollout_gc"] is False
+        bare = _run_driver(
+            tmp_path,
+            *("--provider", "ours", "--url", server.url, "--transcripts", str(path)),
+            *("--concurrency", "2", "--episodes", "4", "--ours-setup", "bare"),
+        )
+    assert result["rollout_gc"] is False and result["ours_setup"] == "readme"
+    assert bare["ours_setup"] == "bare" and bare["rollout_gc"] is False
+    # a bare Agent(model=SGLangModel(...)) gets none of the savings and the very same trajectories
+    assert bare["errors"] == {} and bare["trajectory_tokens"] == result["trajectory_tokens"]
     assert result["errors"] == {} and result["tool_misses"] == {}
     assert result["model_calls"] == sum(len(t["turns"]) for t in small_transcripts[:4])
     # Driven without Strands, the provider sees the same messages and builds the same trajectories.
@@ -432,16 +441,19 @@ def test_driver_runs_round_after_round_from_the_start_it_is_given(
     assert calls > 0 and ms is not None and ms > 0
 
 
-@pytest.mark.slow  # two drivers, two servers
-def test_side_by_side_runs_both_drivers_in_one_window(
-    small_transcripts: list[dict[str, Any]], tmp_path: Path
-) -> None:
-    import sys
-
+@pytest.fixture
+def workload_files(small_transcripts: list[dict[str, Any]], tmp_path: Path) -> tuple[Path, Path]:
+    """The drivers' transcripts file and the server's script file of the small transcripts."""
     path = tmp_path / "t.json"
     transcript_data.save(small_transcripts, path)
     script = tmp_path / "s.json"
     script.write_text(json.dumps(transcript_data.dev_server_script(small_transcripts)))
+    return path, script
+
+
+@pytest.mark.slow  # two drivers, two servers
+def test_side_by_side_runs_both_drivers_in_one_window(workload_files: tuple[Path, Path]) -> None:
+    path, script = workload_files
     result = bench_provider.run_side_by_side(
         Path(sys.executable), ["ours", "floor"], script, path, 2, run_for_s=3.0, settle_s=1.0
     )
@@ -451,6 +463,78 @@ def test_side_by_side_runs_both_drivers_in_one_window(
         assert cell["errors"] == {}
         assert cell["calls_in_window"] > 0 and cell["cpu_ms_per_turn"] > 0
     assert result["ours_over_peer"] is None  # no peer in this run
+
+
+@pytest.mark.slow  # six drivers, three servers at a time
+def test_paths_run_both_methods_and_report_them(workload_files: tuple[Path, Path]) -> None:
+    path, script = workload_files
+    labels = ["ours", "ours:bare", "floor"]
+    paths = bench_provider.run_paths(
+        Path(sys.executable),
+        script,
+        path,
+        [2],
+        repeats=1,
+        run_for_s=3.0,
+        settle_s=1.0,
+        abba_episodes={2: 4},
+        labels=labels,
+    )
+    cell = paths["cells"]["2"]
+    for label in labels:
+        assert cell["side_by_side"]["cpu_ms_per_turn"][label] > 0
+        assert cell["back_to_back"]["cpu_ms_per_turn"][label] > 0
+    assert cell["back_to_back"]["errors"] == {label: 0 for label in labels}
+    results = {"date": "2026-11-27T00:00:00+00:00", "machine": {"cpu": "x", "cpus": 2}, "paths": paths}
+    table = "\n".join(bench_provider.render_paths(results))
+    assert "| 2 | side by side |" in table and "| 2 | back to back |" in table
+
+
+def _paths_cell(bare: float, readme: float) -> dict[str, Any]:
+    per_turn = {"ours": readme * 8.0, "ours:bare": bare * 8.0, "peer": 8.0, "floor": 1.5}
+    over_peer = {"ours": readme, "ours:bare": bare, "floor": 1.5 / 8.0}
+    return {
+        "side_by_side": {
+            "repeats": [{"load_average_1min": [2.0, 3.5]}],
+            "cpu_ms_per_turn": per_turn,
+            "over_peer": over_peer,
+        },
+        "back_to_back": {
+            "cpu_ms_per_turn": per_turn,
+            "over_peer": over_peer,
+            "load_average_1min": [1.0, 4.0],
+        },
+    }
+
+
+def test_paths_section_judges_each_path_and_replaces_itself_in_the_doc(tmp_path: Path) -> None:
+    results = {
+        "date": "2026-11-27T03:00:00+00:00",
+        "machine": {"cpu": "x", "cpus": 2},
+        "paths": {
+            "labels": ["ours", "ours:bare", "peer", "floor"],
+            "repeats": 1,
+            "window_s": [8.0, 30.0],
+            "cells": {
+                "64": _paths_cell(0.61, 0.45),
+                "256": _paths_cell(0.7, 0.5),
+                "1024": _paths_cell(0.9, 0.9),
+            },
+        },
+    }
+    section = bench_provider.paths_section(results)
+    assert "load average 1.0 to 4.0" in section
+    assert "| 64 | side by side | 3.60 | 4.88 | 8.00 | 1.50 | 0.45 | 0.61 | 0.19 |" in section
+    assert "ours bare: **not met** (64 side by side 0.61" in section
+    assert "ours as the README writes it: **met**" in section  # 1024 is not part of the goal
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text("# Benchmarks\n\nfindings before\n")
+    bench_provider.write_paths_doc(results, doc)
+    results["paths"]["cells"]["64"] = _paths_cell(0.4, 0.3)
+    bench_provider.write_paths_doc(results, doc)
+    text = doc.read_text()
+    assert text.count(bench_provider.PATHS_DOC_BEGIN) == 1 and "findings before" in text
+    assert "ours bare: **not met** (64 side by side 0.40" in text
 
 
 def test_report_judges_the_goal_side_by_side() -> None:
@@ -483,15 +567,8 @@ def test_report_judges_the_goal_side_by_side() -> None:
 
 
 @pytest.mark.slow  # two servers
-def test_side_by_side_says_why_a_driver_ended_before_its_warm_up(
-    small_transcripts: list[dict[str, Any]], tmp_path: Path
-) -> None:
-    import sys
-
-    path = tmp_path / "t.json"
-    transcript_data.save(small_transcripts, path)
-    script = tmp_path / "s.json"
-    script.write_text(json.dumps(transcript_data.dev_server_script(small_transcripts)))
+def test_side_by_side_says_why_a_driver_ended_before_its_warm_up(workload_files: tuple[Path, Path]) -> None:
+    path, script = workload_files
     # The test interpreter has no strands-sglang: the peer's driver fails before its warm-up ends.
     pytest.importorskip("strands", reason="the floor driver needs Strands")
     if importlib.util.find_spec("strands_sglang") is not None:

@@ -28,8 +28,9 @@ from family_files import (
     sglang_wheel,
     text,
     tokenizer,
+    tool_output,
 )
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from strands_slime.provider.chat import ChatTemplater, to_template_messages, tool_specs_to_template_tools
@@ -37,7 +38,10 @@ from strands_slime.provider.chat_families import (
     DEEPSEEK_V4,
     DEEPSEEK_V32,
     UnsupportedChatTemplate,
+    available_chat_families,
     detect_chat_family,
+    get_chat_family,
+    template_digest,
     token_id,
 )
 from strands_slime.provider.deepseek import render_deepseek_v4
@@ -179,6 +183,122 @@ def test_incremental_ids_equal_the_reference_render_200_conversations(
     name: str, conv: tuple[str, str, list[Turn]], truncated: tuple[str, str] | None
 ) -> None:
     check_family(name, conv, truncated)
+
+
+# ------------------------------------------------------------------------------- appends without a render
+
+APPENDED = [name for name in SUPPORTED if get_chat_family(MODELS[name].family).appends is not None]
+"""The models whose family appends tool results and user turns without a render."""
+
+content = (
+    tool_output
+    | text
+    | st.text(max_size=40)
+    | st.builds(
+        lambda pad, body, end: pad + body + end,
+        st.sampled_from([" ", "\n", "\n\n ", "\t"]),
+        tool_output,
+        st.sampled_from(["", " ", "\n", " \n\n"]),
+    )
+    | st.sampled_from(["", " ", "<tool_response>x</tool_response>", "</think>", "<think>\n", "/nothink"])
+)
+"""Contents a template could treat specially: padding, tags of its own, control tokens of every family."""
+new_messages = st.builds(
+    lambda results, users: [
+        *({"role": "tool", "content": r, "tool_call_id": f"call_{i}"} for i, r in enumerate(results)),
+        *({"role": "user", "content": u} for u in users),
+    ],
+    st.lists(content, max_size=3),
+    st.lists(content, max_size=2),
+).filter(bool)
+"""What follows an assistant turn (as ``to_template_messages`` writes it): its tool results, then user turns."""
+
+
+@functools.cache
+def appending_templater(name: str, thinking: bool | None) -> ChatTemplater:
+    return ChatTemplater(tokenizer(name), enable_thinking=thinking)
+
+
+@pytest.mark.parametrize("thinking", [None, True, False])
+@pytest.mark.parametrize("name", APPENDED)
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(messages=new_messages)
+def test_appends_without_a_render_equal_the_templates_render(
+    name: str, thinking: bool | None, messages: list[dict[str, Any]]
+) -> None:
+    """The family's fixed text around each content is what the model's own template renders, for any
+    contents, with thinking on, off and unset (the render is the reference)."""
+    check_appends(name, thinking, messages)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("thinking", [None, True, False])
+@pytest.mark.parametrize("name", APPENDED)
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(messages=new_messages)
+def test_appends_without_a_render_equal_the_templates_render_400_cases(
+    name: str, thinking: bool | None, messages: list[dict[str, Any]]
+) -> None:
+    check_appends(name, thinking, messages)
+
+
+def check_appends(name: str, thinking: bool | None, messages: list[dict[str, Any]]) -> None:
+    templater = appending_templater(name, thinking)
+    assert templater.appends is not None, "a proven template must get its family's appends"
+    try:
+        expected = templater.rendered_continuation(messages)
+    except ValueError as exc:  # the template rereads earlier turns by the new content: no reference
+        assert "renders earlier messages differently" in str(exc)
+        assume(False)
+    assert templater.continuation_text(messages, None) == expected
+
+
+def test_where_the_render_refuses_to_append_the_appends_write_the_turn_as_any_other() -> None:
+    """Qwen3-Thinking-2507's template writes earlier assistant turns differently when the last user turn
+    looks like a tool response, so the render cannot append such a turn (it raises); the appends write
+    it as any user turn, leaving the earlier turns as the model read them (docs/provider.md,
+    "Intended differences")."""
+    templater = appending_templater("qwen3_next_thinking", True)
+    messages = [{"role": "user", "content": "<tool_response>x</tool_response>"}]
+    with pytest.raises(ValueError, match="renders earlier messages differently"):
+        templater.rendered_continuation(messages)
+    assert templater.continuation_text(messages, None) == (
+        "<|im_end|>\n<|im_start|>user\n<tool_response>x</tool_response><|im_end|>\n<|im_start|>assistant\n<think>\n"
+    )
+
+
+def test_every_proven_template_is_one_the_tests_render() -> None:
+    """No template is listed as proven that the property test above does not run: the listed digests
+    are exactly those of the models it covers and the bundled Qwen3 tokenizer (tests/test_chat.py)."""
+    from strands_slime.provider.tokenizer import load_tokenizer
+
+    tested = {template_digest(tokenizer(name).chat_template) for name in APPENDED}
+    tested.add(template_digest(load_tokenizer().chat_template))
+    listed = {
+        digest
+        for family in available_chat_families()
+        if (appends := get_chat_family(family).appends) is not None
+        for digest in appends.templates
+    }
+    assert listed == tested
+
+
+def test_a_template_not_proven_is_rendered_with_one_info_line(caplog: pytest.LogCaptureFixture) -> None:
+    """A Qwen3 template with one comment added is still Qwen3, but not a proven template: its appends
+    are rendered (one INFO line says so), with the same result here."""
+    import logging
+
+    changed = tokenizer("qwen3").chat_template + "{#- a comment -#}"
+    with caplog.at_level(logging.INFO, logger="strands_slime.provider.chat"):
+        templater = ChatTemplater(tokenizer("qwen3"), chat_template=changed)
+        ChatTemplater(tokenizer("qwen3"), chat_template=changed)
+    assert templater.family.name == "qwen3" and templater.appends is None
+    lines = [r.getMessage() for r in caplog.records if "rendered with the chat template" in r.getMessage()]
+    assert len(lines) == 1 and template_digest(changed) in lines[0]
+    messages = [{"role": "tool", "content": "4", "tool_call_id": "c0"}]
+    assert templater.continuation_text(messages, None) == appending_templater(
+        "qwen3", None
+    ).continuation_text(messages, None)
 
 
 # ------------------------------------------------------------------------------- detection

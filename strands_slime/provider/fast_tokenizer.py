@@ -1,0 +1,113 @@
+"""An exact, faster encoder for the vocabularies it knows: the optional ``fast-tokenizer`` extra.
+
+Tokenizing tool outputs is about an eighth of the provider's CPU per agent turn with Hugging Face
+``tokenizers`` (docs/benchmarks.md). ``quicktok`` (PyPI ``quicktok-v1``, MIT; a C++ byte-level BPE with
+numpy as its only dependency) encodes Qwen2.5/Qwen3's vocabulary, NFC normalization and added tokens
+included, with the same ids several times faster. It is optional (``pip install
+'strands-slime[fast-tokenizer]'``), and used only where it is exact:
+
+* only for a tokenizer whose vocabulary is the one quicktok encodes, checked once when a templater is
+  built: the same size, the same added tokens at the same ids, and :data:`CHECK_CORPUS` (CJK, emoji,
+  code, whitespace runs, tracebacks, digit runs, decomposed accents, special-token text) encoded to the
+  very ids the Hugging Face tokenizer gives. Anything else falls back to Hugging Face with one INFO line;
+* only for texts of at most :data:`FAST_ENCODE_MAX_CHARS`: quicktok runs on the event loop (it is
+  thread-safe, so no lock or thread hand-off), and longer texts go to Hugging Face in the tokenizer's
+  worker thread, whose batch entry point releases the GIL while it works.
+
+tests/test_fast_tokenizer.py compares both encoders on random strings on every CI run. The wheel also
+carries vocabularies this package never loads (OpenAI's cl100k/o200k and Meta's Llama 3, the latter
+under Meta's licence): see docs/provider.md ("Fast tokenization").
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from strands_slime.runtime import get_runtime
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["CHECK_CORPUS", "ENCODINGS", "FAST_ENCODE_MAX_CHARS", "fast_encoder"]
+
+Encode = Callable[[str], list[int]]
+
+ENCODINGS = ("qwen3",)
+"""quicktok's encodings this package may use (Qwen2.5 / Qwen3 / Qwen3-Next share one vocabulary)."""
+
+FAST_ENCODE_MAX_CHARS = 16_384
+"""Longer texts are encoded by Hugging Face in the worker thread. quicktok takes ~0.07 µs per character
+on this project's loaded 2-core machines, so the longest text it encodes on the loop holds it ~1 ms, the
+bound a Hugging Face encode of 2 KB had there (``chat.OFFLOAD_CHARS``); a text twice as long already
+costs more on the loop than the thread hand-off."""
+
+CHECK_CORPUS = (
+    "",
+    "Hello, world! The answer is 42.",
+    "def f(x):\n    return x ** 2  # square\n\n\nprint(f(12345678901234567890))\n",
+    'Traceback (most recent call last):\n  File "<stdin>", line 1, in <module>\nZeroDivisionError: division by zero\n',
+    "   leading and trailing spaces   \t\t\n\n\n    \n",
+    "日本語のテキストと中文文本，还有한국어 문장。",
+    "emoji 🚀🔥👍🏽 and flags 🇯🇵 and ZWJ 👩‍👩‍👧",
+    "decomposed accents: e\u0301 A\u030a n\u0303 \u1100\u1161\u11a8 ﬁ Ⅻ",
+    "digits 0 01 012 0123 01234 3.14159 -7e10 1,000,000",
+    "don't you're we'll I'M THEY'VE it's",
+    "<|im_start|>user\n<tool_response>\nx<|im_end|>\n</tool_response><|im_end|>\n<|im_start|>assistant\n",
+    '<think>\nreasoning\n</think>\n\n<tool_call>\n{"name": "f", "arguments": {}}\n</tool_call>',
+    "<|endoftext|><|fim_prefix|>not<|im_end special|><|im_start",
+    "\u00a0non-breaking\u2009thin\u3000ideographic\u200bzero-width",
+    "\r\n windows \r line \x0b endings \x0c",
+    "[[1, 2], {'a': None}] == ((3,),) -> True; x >>= 2; y //= 3 ~~~ ```python",
+)
+"""What the fast encoder must encode exactly as Hugging Face does before it is used (with the vocabulary
+check, it tells a look-alike vocabulary or a changed pre-tokenizer from the one quicktok encodes)."""
+
+
+def fast_encoder(tokenizer: Any, reference: Encode) -> Encode | None:
+    """quicktok's encoder for ``tokenizer`` (special tokens recognised, none added: what ``reference``,
+    the Hugging Face call the templater makes, does) when the extra is installed and it is exact for
+    this vocabulary; None otherwise, with one INFO line per tokenizer saying why."""
+    try:
+        import quicktok
+    except ImportError:
+        logger.debug("quicktok (the fast-tokenizer extra) is not installed: Hugging Face encodes")
+        return None
+    name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
+    reasons = []
+    for encoding_name in ENCODINGS:
+        try:
+            encoding = quicktok.get_encoding(encoding_name)
+        except Exception as exc:  # a wheel without this encoding's data files
+            reasons.append(f"{encoding_name}: {type(exc).__name__}: {exc}")
+            continue
+        mismatch = _mismatch(tokenizer, reference, encoding)
+        if mismatch is None:
+            return encoding.encode_with_special  # type: ignore[no-any-return]
+        reasons.append(f"{encoding_name}: {mismatch}")
+    if get_runtime().first_time(f"fast tokenizer: not for {name}"):
+        logger.info(
+            "quicktok does not encode the vocabulary of %s exactly (%s): Hugging Face tokenizes it",
+            name,
+            "; ".join(reasons),
+        )
+    return None
+
+
+def _mismatch(tokenizer: Any, reference: Encode, encoding: Any) -> str | None:
+    """Why ``encoding`` is not ``tokenizer``'s vocabulary, or None when it encodes it exactly."""
+    try:
+        size = len(tokenizer)
+    except TypeError:
+        return "the tokenizer has no length"
+    if size != encoding.n_vocab:
+        return f"{size} tokens, not {encoding.n_vocab}"
+    added = dict(tokenizer.get_added_vocab()) if hasattr(tokenizer, "get_added_vocab") else {}
+    specials = {token: encoding.encode_single_token(token) for token in encoding.special_tokens_set}
+    if added != specials:
+        differing = sorted(set(added.items()) ^ set(specials.items()))[:3]
+        return f"other added tokens ({differing}...)"
+    for text in (*CHECK_CORPUS, *specials):
+        if encoding.encode_with_special(text) != list(reference(text)):
+            return f"encodes {text[:40]!r} differently"
+    return None
