@@ -155,6 +155,11 @@ async def test_without_its_plugin_the_model_stays_exact_and_says_once_what_it_mi
     reference = SGLangModel(tokenizer=qwen3_tokenizer, client=client)
     await make_agent(reference).invoke_async(PROMPT)
     assert trajectory_lists(model) == trajectory_lists(reference)
+    another = SGLangModel(tokenizer=qwen3_tokenizer, client=client)
+    with caplog.at_level(logging.WARNING, logger="strands_slime.provider.model"):
+        await Agent(model=another, tools=[execute_python_code], callback_handler=None).invoke_async(PROMPT)
+    warnings = [r for r in caplog.records if "without its plugin" in r.getMessage()]
+    assert len(warnings) == 1, "once per process, not once per model (a model per episode)"
 
 
 async def test_building_and_running_a_model_changes_no_global_state(

@@ -720,6 +720,8 @@ class SGLangModel(Model):
         if agent is None or agent in self._attached_agents or self._plugin_warned:
             return
         self._plugin_warned = True
+        if not get_runtime().first_time("model without its plugin"):
+            return  # once per process: a loop that builds a model per episode would repeat it per episode
         logger.warning(
             "SGLangModel is used without its plugin: pass Agent(..., plugins=[model.plugin()]) so that "
             "malformed tool calls get the parser's explanation instead of running with {}, each call "

@@ -17,8 +17,8 @@ explicit plugin instead of something the model installs behind the caller's back
   edit, a cleared or cut history is then not silently ignored (the model's next call starts a new
   context segment or raises ``TrajectoryDesyncError``, naming the cause).
 
-A model used without its plugin stays exact (same ids, mask and logprobs) and says once what it
-misses (a WARNING naming ``plugins=[model.plugin()]``).
+A model used without its plugin stays exact (same ids, mask and logprobs) and says once per process
+what it misses (a WARNING naming ``plugins=[model.plugin()]``).
 """
 
 from __future__ import annotations
