@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -54,7 +56,7 @@ def thinking_only_template(hybrid: str) -> str:
     )
 
 
-def make_agent(model: SGLangModel, *hooks: Any, tools: list[Any] | None = None) -> Agent:
+def make_agent(model: SGLangModel, *hooks: Any, tools: list[Any] | None = None, plugin: Any = None) -> Agent:
     return Agent(
         model=model,
         tools=[execute_python_code] if tools is None else tools,
@@ -62,7 +64,7 @@ def make_agent(model: SGLangModel, *hooks: Any, tools: list[Any] | None = None) 
         conversation_manager=NullConversationManager(),
         retry_strategy=None,
         hooks=list(hooks),
-        plugins=[model.plugin()],
+        plugins=[model.plugin() if plugin is None else plugin],
     )
 
 
@@ -168,6 +170,27 @@ async def test_multi_turn_episode_is_append_only(
     if style == "hybrid_no_think":
         text = qwen3_tokenizer.decode(t.token_ids.tolist())
         assert text.count("<think>\n\n</think>\n\n") == len(requests)
+
+
+async def test_a_finished_episode_is_freed_by_reference_counting(
+    qwen3_tokenizer: Any, server_factory: Any
+) -> None:
+    """Nothing of an episode (model, plugin, trajectory) is in a reference cycle, so it is freed the
+    moment the episode is dropped. The rollout's GC tuning runs full collections rarely: cyclic garbage
+    (~100 objects and the token arrays of every episode) would pile up in the oldest generation."""
+    _, client = await server_factory(THREE_TURNS)
+    model = SGLangModel(tokenizer=qwen3_tokenizer, client=client)
+    plugin = model.plugin()
+    agent = make_agent(model, plugin=plugin)
+    result = await agent.invoke_async("Area of the triangle with legs 3 and 4?")
+    assert result.stop_reason == "end_turn" and len(model.trajectory.token_ids) > 0
+    alive = [weakref.ref(model), weakref.ref(model.trajectory), weakref.ref(plugin), weakref.ref(agent)]
+    gc.disable()  # what is freed now is freed by reference counting alone
+    try:
+        del model, plugin, agent, result
+        assert [ref() is None for ref in alive] == [True] * len(alive)
+    finally:
+        gc.enable()
 
 
 async def test_parallel_results_follow_call_order(qwen3_tokenizer: Any, server_factory: Any) -> None:

@@ -49,11 +49,20 @@ class TITOPlugin(Plugin):
 
     def __init__(self, model: Any) -> None:
         self.model = model
-        # What Plugin.__init__ would discover by walking every attribute of the class hierarchy (64 us,
-        # once per episode); given here, Plugin's own guard skips the walk.
-        self._hooks = [self.check_history, self.answer_malformed_tool_calls]
+        # Plugin.__init__ would walk every attribute of the class hierarchy (64 us, once per episode) and
+        # keep the bound hooks it finds on the plugin; set here, its own guard skips the walk, and the
+        # hooks are bound when asked (``hooks``) instead of kept.
+        self._hooks = []
         self._tools = []
         super().__init__()
+
+    @property
+    def hooks(self) -> list[Any]:
+        """The ``@hook`` methods, bound anew on each read (Strands reads them once, to register them).
+        A plugin that kept its own bound methods would be a reference cycle holding the model, its
+        trajectory and history: garbage only the cyclic collector frees, which the rollout's GC tuning
+        runs rarely, so each finished episode's arrays would pile up in the oldest generation."""
+        return [self.check_history, self.answer_malformed_tool_calls]
 
     def init_agent(self, agent: Any) -> None:
         """Trim each model call's messages (the tool-call hook is registered by Strands from ``@hook``)."""
