@@ -155,6 +155,7 @@ def render_markdown(results: dict[str, Any]) -> str:
         f"### Before and after: {results['path']}",
         "",
         f"`python benchmarks/compare_revisions.py --base {results['base']['rev']}"
+        + (" --gc" if results["gc"] else "")
         + (f" --setup {results['setup']}" if results.get("setup") else "")
         + f"` on {results['date']} "
         f"({machine.get('cpu', '?')}, {machine.get('cpus', '?')} CPUs, load {results.get('load_average', '?')}): base "
