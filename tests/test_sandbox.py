@@ -463,6 +463,29 @@ async def test_preload_problems_are_reported_not_fatal(tmp_path: Path) -> None:
         assert (await box.run("print(2 + 2)")).stdout == "4\n"
 
 
+async def test_a_start_cancelled_while_preloading_ends_without_a_crash_or_a_retry(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Ctrl-C during start-up cancels the zygote's start: it is not a preload crash to start again from."""
+    marker = tmp_path / "importing"
+    (tmp_path / "slow_to_import.py").write_text(
+        f"import pathlib, time\npathlib.Path({str(marker)!r}).write_text('')\ntime.sleep(60)\n"
+    )
+    os.chmod(tmp_path, 0o755)
+    config = SandboxConfig(
+        preload_modules=("slow_to_import",), extra_python_path=(str(tmp_path),), timeout_s=10
+    )
+    box = Sandbox(config)
+    starting = asyncio.create_task(box.start())
+    assert await wait_until(marker.exists)  # the zygote is importing the slow module
+    starting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(starting, 10)
+    assert "crashed the zygote" not in caplog.text
+    assert box.zygote_pid is None
+    await box.close()
+
+
 async def test_get_shared_sandbox_is_one_per_config_and_loop() -> None:
     config = SandboxConfig(**LIGHT)
     shared = get_shared_sandbox(config)

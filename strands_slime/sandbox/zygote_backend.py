@@ -300,6 +300,9 @@ class ZygoteBackend:
                 try:
                     await self._spawn()
                     break
+                except asyncio.CancelledError:  # the caller gave up (Ctrl-C, an abort): no crash, no retry
+                    self._discard_process()
+                    raise
                 except BaseException:
                     self._discard_process()
                     crashed = self._preloading
