@@ -38,7 +38,6 @@ from strands_slime.aborts import AbortedError
 from strands_slime.config import ConfigError, RolloutConfig, get_rollout_config
 from strands_slime.episode_metadata import EpisodeMetadata, write_keys
 from strands_slime.errors import EpisodeEnded, GenerationAborted, find_episode_end
-from strands_slime.provider import telemetry
 from strands_slime.provider.chat_families import UnsupportedChatTemplate
 from strands_slime.provider.client_errors import SGLangClientError
 from strands_slime.provider.limits import ToolLimiter
@@ -47,7 +46,7 @@ from strands_slime.provider.trajectory import TokenTrajectory, token_array
 from strands_slime.rollout import pacing, resume, slime_compat
 from strands_slime.rollout.executor import WorkerDied, get_executor, running_executor
 from strands_slime.rollout.gc_policy import GC_THRESHOLDS, gc_policy, tune_gc_once
-from strands_slime.rollout.process_settings import pace
+from strands_slime.rollout.process_settings import pace, rollout_settings
 from strands_slime.rollout.sample_fill import (
     RESUME_FIELDS,
     SAMPLE_RESULT_FIELDS,
@@ -204,8 +203,7 @@ class Episode:
     async def _play_guarded(self) -> None:
         """:meth:`_play` after the loop's one-time start-up; any failure becomes the outcome."""
         try:
-            if self.config.gc_tuning:
-                tune_gc_once()
+            rollout_settings(gc_tuning=self.config.gc_tuning)  # the tracer guard and the GC policy
             self.tokenizer = await warm_up(self.args, self.config, self.abort_check)
             await pacing.turn()  # hundreds of episodes start at once: a few per loop iteration
             if self.abort_check():
@@ -239,7 +237,6 @@ class Episode:
             tool_abort_check = self.recorder.tool_abort_check
         tools, self.tool_stats = await _build_tools(config, tool_abort_check)
         messages = self._restore(history) if self.saved is not None else history
-        telemetry.skip_messages_of_unrecorded_spans()  # explicit, version-guarded: see telemetry.py
         self.agent = Agent(
             model=model,
             tools=tools,

@@ -22,7 +22,7 @@ What the returned :class:`RolloutSettings` holds is wired by the caller, as ``ge
         await agent.invoke_async(prompt)
 
 Reading only new messages is the model's plugin (``plugins=[model.plugin()]``), per agent, not a
-process setting. The rollout's own episodes use the same pieces (``rollout.episode``).
+process setting. The rollout's own episodes call it too (``rollout.episode``).
 """
 
 from __future__ import annotations
