@@ -52,6 +52,16 @@ SCRIPT = [
         ],
     },
     {
+        "match": "malformed",
+        "replies": [  # cut before its closing brace: the plugin answers it with the parser's explanation
+            think(
+                "Try.",
+                '<tool_call>\n{"name": "execute_python_code", "arguments": {"code": "print(34)"\n</tool_call>',
+            ),
+            think("It failed; by hand.", "The result is 34.\n\nAnswer: \\boxed{34}"),
+        ],
+    },
+    {
         "match": "twice",
         "replies": [
             think("First.", tool_call("print(17)")),
@@ -211,6 +221,44 @@ async def abort_then_resume(
 
 
 # ------------------------------------------------------------------ abort at every point, then resume
+
+
+def abort_at_check(number: int) -> Callable[[str], bool]:
+    """An abort that lands at the ``number``-th reading of slime's flag, wherever that is."""
+    seen = [0]
+
+    def fire(caller: str) -> bool:
+        seen[0] += 1
+        return seen[0] == number
+
+    return fire
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("question", ["seventeen", "malformed", "parallel"])
+async def test_an_abort_at_every_check_resumes_to_the_uninterrupted_trajectory(
+    server: DevServer, question: str
+) -> None:
+    """The abort lands at the 1st, 2nd, ... reading of the flag (start-up, each model call's checks,
+    the tools' polls, the episode's end) until the episode outruns it; every resumed episode ends with
+    the tokens, mask and logprobs of the run no abort touched. The malformed call is the regression:
+    its answered round was dropped from the saved history and the resumed call refused it."""
+    expected, _ = await reference(server, question)
+    number = 0
+    while True:
+        number += 1
+        aborter = Aborter(abort_at_check(number))
+        args = make_args(server.url, abort_event=aborter)
+        sample = await generate(args, new_sample(question), dict(PARAMS))
+        if not aborter.raised:
+            break  # the episode ended before the flag was read this often: every point was tried
+        assert sample.status.name == "ABORTED", number
+        aborter.clear()
+        resumed = await generate(args, pickle.loads(pickle.dumps(sample)), dict(PARAMS))
+        cut_kept = len(resumed.weight_versions) - model_turns(resumed)
+        assert resumed.status.name == "COMPLETED", (number, resumed.metadata.get("infra_error"))
+        assert_same_trajectory(resumed, expected, continued_calls=cut_kept)
+    assert number > 8, "the flag is read at every step"
 
 
 async def test_abort_before_the_first_call_starts_over(server: DevServer) -> None:

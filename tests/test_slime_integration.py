@@ -46,6 +46,13 @@ SCRIPT = [
             "Answer: \\boxed{34}",
         ],
     },
+    {
+        "match": "BADCALL",
+        "replies": [  # a tool call cut before its closing brace: the plugin answers it with the parser's error
+            'Let me compute.\n<tool_call>\n{"name": "execute_python_code", "arguments": {"code": "print(34)"\n</tool_call>',
+            "The call failed, so by hand: " + "one more step, " * 150 + "\n\nAnswer: \\boxed{34}",
+        ],
+    },
 ]
 NO_TOOLS = {"strands_slime": {"tools": [], "client": {"max_retries": 0}}}
 WITH_TOOLS = {"strands_slime": {"sandbox": {"timeout_s": 5.0}, "client": {"max_retries": 0}}}
@@ -569,6 +576,54 @@ async def test_partial_rollout_resumes_an_aborted_agent_group(
             assert len(sample.rollout_top_p_token_offsets) == sample.response_length + 1
     data = slime_harness.train_data(args, resumed)  # validates top-p offsets and R3 shapes too
     assert data["response_lengths"] == [len(mask) for mask in data["loss_masks"]]
+
+
+@pytest.mark.slow
+async def test_partial_rollout_resumes_after_a_tool_round_the_model_already_read(
+    make_args: Args, engine: DevServer
+) -> None:
+    """slime's over-sampling abort lands during the model call that follows a tool round (a malformed
+    call, answered with the parser's explanation): the resumed episodes go on from the history the model
+    read, under --mask-offpolicy-in-partial-rollout, and finish. A regression: the round was dropped
+    from the saved history, ran again with another result, and the resumed call refused the history."""
+    from strands_slime.rollout.resume import STATE_KEY
+
+    args = make_args(
+        [("MEDIUMQ", "5"), ("BADCALL: 17 times 2?", "34")],
+        "--rollout-batch-size",
+        "1",
+        "--over-sampling-batch-size",
+        "2",
+        "--n-samples-per-prompt",
+        "2",
+        "--partial-rollout",
+        "--mask-offpolicy-in-partial-rollout",
+        custom=WITH_TOOLS,
+    )
+    source = data_source(args)
+    assert engine.scheduler is not None
+    engine.scheduler.token_latency = 0.005  # MEDIUMQ's ~180 tokens end while BADCALL's 600-token reply runs
+    _, aborted, _ = await rollout(args, source)
+    engine.scheduler.token_latency = 0.0
+    recycled = flatten(aborted)
+    assert len(recycled) == 2
+    kept = {}
+    for sample in recycled:
+        state = sample.metadata[STATE_KEY]
+        assert state["messages"][-1]["role"] == "user", "the answered round stays in the saved history"
+        assert sample.metadata["parse_errors"] == 1
+        kept[sample.index] = sample.response_length
+    source.add_samples(aborted)
+    args.rollout_batch_size = args.over_sampling_batch_size = 1
+    groups, again, _ = await rollout(args, source, rollout_id=1)
+    resumed = flatten(groups)
+    assert again == [] and len(resumed) == 2
+    for sample in resumed:
+        assert sample.status.name == "COMPLETED", sample.metadata.get("infra_error")
+        check_sample(sample, offpolicy_prefix=kept[sample.index])
+        assert sample.metadata["resumes"] == 1 and sample.reward == 1.0
+        assert set(sample.loss_mask[: kept[sample.index]]) == {0}
+        assert sample.metadata["parse_errors"] == 1, "the malformed call was answered once, not again"
 
 
 async def test_dynamic_sampling_replaces_groups_with_infra_failures(

@@ -620,7 +620,7 @@ class Episode:
         if list(sample.tokens) != trajectory.token_ids.tolist():
             logger.warning("partial rollout: the sample does not hold the episode's trajectory; not saved")
             return None
-        kept_messages = resume.resumable_messages(agent.messages, recorder)
+        kept_messages = resume.resumable_messages(agent.messages, recorder, read=len(model.history.digests))
         if not self.finished_before_abort and not resume.has_next_step(kept_messages):
             return None  # the episode ended some other way (an error) before the abort: start it over
         counters = limiter.counters()

@@ -135,7 +135,9 @@ class ToolResultRecorder(HookProvider):
         )
 
     def _record(self, event: AfterToolCallEvent) -> None:
-        if self._abort_seen or event.exception is not None or event.cancel_message is not None:
+        """Keep a finished call's result. A call a hook cancelled (the plugin's answer to a malformed
+        call) finished too: the model reads its result like any other, so it is kept and replayed."""
+        if self._abort_seen or event.exception is not None:
             return
         result = event.result
         if isinstance(result, Mapping) and result.get("toolUseId"):
@@ -151,11 +153,12 @@ def _saved_result_tool(name: str, spec: Any, saved: Mapping[str, Any]) -> Python
     return PythonAgentTool(name, spec, saved_result)
 
 
-def resumable_messages(messages: list[Any], recorder: ToolResultRecorder) -> list[Any]:
+def resumable_messages(messages: list[Any], recorder: ToolResultRecorder, read: int = 0) -> list[Any]:
     """The agent's history without a tool-result message holding a result the abort cut short: Strands
-    then runs that round again (finished calls answered from the recorder)."""
+    then runs that round again (finished calls answered from the recorder). The first ``read``
+    messages, those the model already read, are never dropped: its trajectory holds them."""
     kept = list(messages)
-    if kept and kept[-1].get("role") == "user":
+    if len(kept) > read and kept[-1].get("role") == "user":
         ids = [
             str(block["toolResult"].get("toolUseId"))
             for block in kept[-1].get("content") or []
