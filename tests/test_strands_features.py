@@ -160,6 +160,37 @@ async def test_fanout_compaction_by_summaries_gives_one_exact_segment_per_contex
     assert last.token_ids[: last.initial_prompt_length] == expected_prompt, "a fresh episode's prompt"
 
 
+LONG_HISTORY = [
+    message
+    for k in range(6)
+    for message in (
+        {"role": "user", "content": [{"text": f"Earlier question {k}: say a number."}]},
+        {"role": "assistant", "content": [{"text": f"The number is {k}."}]},
+    )
+]
+
+
+@pytest.mark.parametrize("fanout", [False, True], ids=["one-trajectory", "fanout"])
+async def test_a_summary_before_the_first_call_is_a_side_call(
+    qwen3_tokenizer: Any, client: SGLangClient, server: DevServer, fanout: bool
+) -> None:
+    """Strands' own pattern: ``conversation_manager.reduce_context(agent)`` on a long
+    ``Agent(messages=...)`` before its first invocation. The summary is asked of the agent's model
+    before the agent loop has called it: it is a side call all the same (the plugin bound the model to
+    its agent), never the episode's first turn, with or without fan-out."""
+    model = SGLangModel(tokenizer=qwen3_tokenizer, client=client, new_segment_on_context_change=fanout)
+    manager = SummarizingConversationManager(summary_ratio=0.5, preserve_recent_messages=2)
+    agent = make_agent(model, conversation_manager=manager, messages=[dict(m) for m in LONG_HISTORY])
+    manager.reduce_context(agent)
+    assert model.stats.side_calls == 1 and model.trajectory.num_outputs == 0
+    assert SUMMARY in json.dumps(agent.messages[0])
+    await agent.invoke_async(PROMPT)
+    assert model.closed_trajectories == [], "nothing before the episode's first turn"
+    texts = outputs_as_sampled(model.trajectory, qwen3_tokenizer)
+    assert len(texts) == COUNT_TO + 1 and not any(SUMMARY in text for text in texts)
+    assert model.stats.side_calls == 1 and model.stats.model_calls == COUNT_TO + 1
+
+
 async def test_summaries_on_a_model_of_their_own_leave_the_episode_untouched(
     qwen3_tokenizer: Any, client: SGLangClient, server: DevServer
 ) -> None:

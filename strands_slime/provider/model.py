@@ -515,7 +515,8 @@ class SGLangModel(Model):
         """Whether the call is served outside the episode. An agent loop's call is the episode's (the
         first one binds the model to its agent; another agent's is refused). A call from no agent loop
         (Strands' summarizer calls ``model.stream`` directly) is a side call once an agent holds the
-        episode; a model driven by hand treats a call with other tools or system prompt as one."""
+        episode or was handed the model's plugin (a summary before the agent's first call, too); a model
+        driven by hand treats a call with other tools or system prompt as one."""
         if agent is not None:
             if self._agent is None:
                 self._agent = weakref.ref(agent)
@@ -531,7 +532,7 @@ class SGLangModel(Model):
                 "run an agent of their own (a summarization agent, steering, a goal judge) need their own "
                 "model too, e.g. Agent(aux_model=...)"
             )
-        if self._agent is not None:
+        if self._agent is not None or len(self._attached_agents):
             return True
         return (
             bool(self.history.outputs) and _fingerprint(tool_specs, system_prompt) != self._tools_fingerprint
