@@ -129,7 +129,7 @@ async def test_abort_after_a_tool_result_resumes_in_the_worker_without_running_i
     server: DevServer, workers: executor.EpisodeExecutor
 ) -> None:
     counter = SandboxCounter()
-    aborter = Aborter(lambda caller: caller == "stream" and counter.finished == 1)
+    aborter = Aborter(lambda caller: caller == "_turn" and counter.finished == 1)
     args = make_args(server.url, abort_event=aborter, strands_slime=IN_PROCESS)
     await counter.install(args)
     aborted = await generate(args, new_sample("stamp"), dict(PARAMS))
@@ -204,7 +204,7 @@ async def test_aborted_again_before_the_worker_resumes_keeps_the_saved_part(
     server: DevServer, workers: executor.EpisodeExecutor
 ) -> None:
     counter = SandboxCounter()
-    aborter = Aborter(lambda caller: caller == "stream" and counter.finished == 1)
+    aborter = Aborter(lambda caller: caller == "_turn" and counter.finished == 1)
     args = make_args(server.url, abort_event=aborter, strands_slime=IN_PROCESS)
     await counter.install(args)
     aborted = await generate(args, new_sample("seventeen"), dict(PARAMS))
@@ -230,7 +230,7 @@ async def test_a_state_that_does_not_fit_starts_over_in_the_worker_with_a_warnin
     server: DevServer, workers: executor.EpisodeExecutor, caplog: pytest.LogCaptureFixture
 ) -> None:
     counter = SandboxCounter()
-    aborter = Aborter(lambda caller: caller == "stream" and counter.finished == 1)
+    aborter = Aborter(lambda caller: caller == "_turn" and counter.finished == 1)
     args = make_args(server.url, abort_event=aborter, strands_slime=IN_PROCESS)
     await counter.install(args)
     aborted = await generate(args, new_sample("seventeen"), dict(PARAMS))

@@ -86,9 +86,13 @@ async def server() -> AsyncIterator[DevServer]:
 
 
 def _caller() -> str:
-    """The function that read the abort flag, past slime_compat's wrappers around ``abort_event``."""
+    """The function that read the abort flag, past slime_compat's wrappers around ``abort_event`` and
+    the episode's one decision (``Episode.slime_aborted``)."""
     frame = sys._getframe(2)
-    while frame is not None and frame.f_globals.get("__name__") == "strands_slime.rollout.slime_compat":
+    while frame is not None and (
+        frame.f_globals.get("__name__") == "strands_slime.rollout.slime_compat"
+        or frame.f_code.co_name == "slime_aborted"
+    ):
         frame = frame.f_back  # type: ignore[assignment]
     return frame.f_code.co_name if frame is not None else ""
 
@@ -264,7 +268,7 @@ async def test_an_abort_at_every_check_resumes_to_the_uninterrupted_trajectory(
 async def test_abort_before_the_first_call_starts_over(server: DevServer) -> None:
     expected, requests = await reference(server, "seventeen")
     aborted, resumed, counter, sent = await abort_then_resume(
-        server, "seventeen", lambda caller: caller == "stream"
+        server, "seventeen", lambda caller: caller == "_turn"
     )
     assert STATE_KEY not in aborted.metadata, "no output yet: nothing to resume"
     assert_same_trajectory(resumed, expected)
@@ -277,7 +281,7 @@ async def test_abort_after_a_tool_result_resumes_without_running_it_again(server
     counter_box: list[SandboxCounter] = []
 
     def after_the_tool(caller: str) -> bool:  # the model's check before its second call
-        return caller == "stream" and bool(counter_box) and counter_box[0].finished == 1
+        return caller == "_turn" and bool(counter_box) and counter_box[0].finished == 1
 
     aborter = Aborter(after_the_tool)
     args = make_args(server.url, abort_event=aborter)
@@ -418,7 +422,7 @@ async def test_abort_after_the_last_turn_only_reports_the_outcome(server: DevSer
 async def aborted_after_the_tool(server: DevServer, **overrides: Any) -> tuple[Any, Aborter, Sample]:
     """An ABORTED sample whose first turn and tool call finished (its state saved)."""
     counter = SandboxCounter()
-    aborter = Aborter(lambda caller: caller == "stream" and counter.finished == 1)
+    aborter = Aborter(lambda caller: caller == "_turn" and counter.finished == 1)
     args = make_args(server.url, abort_event=aborter, **overrides)
     await counter.install(args)
     sample = await generate(args, new_sample("seventeen"), dict(PARAMS))
@@ -463,7 +467,7 @@ async def test_partial_rollout_off_saves_nothing_and_starts_over(server: DevServ
     assert_same_trajectory(again, expected)
     assert again.metadata["restarts"] == 1 and "resumes" not in again.metadata
 
-    aborter = Aborter(lambda caller: caller == "stream")
+    aborter = Aborter(lambda caller: caller == "_turn")
     off = make_args(server.url, abort_event=aborter, partial_rollout=False)
     sample = await generate(off, new_sample("seventeen"), dict(PARAMS))
     assert sample.status.name == "ABORTED" and STATE_KEY not in sample.metadata

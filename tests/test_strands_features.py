@@ -153,7 +153,7 @@ async def test_fanout_compaction_by_summaries_gives_one_exact_segment_per_contex
     assert SUMMARY in prompt and PROMPT not in prompt
     position = model.history.outputs[0].position  # the last segment's first output in agent.messages
     assert agent.messages[0]["content"][0]["text"].endswith(SUMMARY)
-    assert model.first_prompt_ids == last.token_ids[: last.initial_prompt_length]
+    assert model.lane.first_prompt_ids == last.token_ids[: last.initial_prompt_length]
     expected_prompt = await model.initial_prompt_ids(
         agent.messages[:position], [execute_python_code.tool_spec], agent.system_prompt
     )

@@ -393,7 +393,7 @@ async def test_any_tool_choice_admits_every_tool_after_opened_reasoning(
         model.stream(user("Say hé."), [lookup.tool_spec, shout.tool_spec], tool_choice={"any": {}})
     )
     assert tool_uses(events) == [("shout", {"text": "hé"})]
-    assert model.last_parsed is not None and model.last_parsed.reasoning == "Shouting fits."
+    assert model.last_reply is not None and model.last_reply.parsed.reasoning == "Shouting fits."
     # The same reply without the closing </think> is not admitted: the call must follow the reasoning.
     _, client = await scripted([{"replies": [call]}])
     model = SGLangModel(qwen3_tokenizer, client=client, chat_template=thinking_only)

@@ -152,7 +152,7 @@ async def test_forced_qwen3_coder_call_from_a_random_model(
     stop = next(event["messageStop"]["stopReason"] for event in events if "messageStop" in event)
     assert stop == "tool_use", model.last_output_text
     assert model.last_output_text.startswith("<tool_call>\n<function=rate>\n<parameter=mood>\n")
-    (call,) = model.last_parsed.tool_calls
+    (call,) = model.last_reply.parsed.tool_calls
     assert call.error is None and call.arguments["mood"] in ("calm", "angry")
     assert isinstance(call.arguments["score"], int)
 

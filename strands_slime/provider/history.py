@@ -19,9 +19,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from strands_slime.errors import ModelInUseError
 
 BLANK_TEXT = "[blank text]"
 """What Strands writes into an assistant message whose content is empty, before a model reads it."""
@@ -103,12 +106,132 @@ class Verdict:
 
 @dataclass
 class EpisodeHistory:
-    """The episode's outputs and the digests of the messages the model read, by history position."""
+    """The episode's outputs and the digests of the messages the model read, by history position; which
+    agent's history it is, and where the plugin cut the current call's messages."""
 
     outputs: list[OutputRecord] = field(default_factory=list)
     digests: list[str] = field(default_factory=list)
     changed: str | None = None
     """Why the history no longer continues the episode, as :meth:`verify` found (None: it does)."""
+    agent: weakref.ref[Any] | None = None
+    """The agent whose episode this is (set by its first call; cleared with the episode)."""
+    attached: weakref.WeakSet[Any] = field(default_factory=weakref.WeakSet)
+    """Agents the model's plugin is on: a call from no agent loop is then a side call."""
+    cut: tuple[int, int] | None = None
+    """``(position, id(agent))`` where the plugin cut the current call's messages."""
+    removed_count: int | None = None
+    """The agent's conversation manager's ``removed_message_count`` at the latest call."""
+    initial_position: int = 0
+    tools_fingerprint: tuple[Any, ...] | None = None
+
+    # ------------------------------------------------------------------ whose call is it
+
+    def serves(self, agent: Any) -> bool:
+        """Whether calls from ``agent``'s loop are this episode's (it is free, or ``agent``'s)."""
+        return self.agent is None or self.agent() is agent
+
+    def is_side_call(self, agent: Any, fingerprint: tuple[Any, ...]) -> bool:
+        """Whether a call is served outside the episode. An agent loop's call is the episode's (the first
+        binds the episode to its agent; another agent's is refused). A call from no agent loop (Strands'
+        summarizer calls ``model.stream`` directly) is a side call once an agent holds the episode or has
+        the model's plugin (a summary before the agent's first call, too); a model driven by hand treats
+        a call with other tools or system prompt as one."""
+        if agent is not None:
+            if self.agent is None:
+                self.agent = weakref.ref(agent)
+                return False
+            if self.agent() is agent:
+                return False
+            raise ModelInUseError(
+                "this SGLangModel holds the episode of another agent"
+                + (" (no longer alive)" if self.agent() is None else "")
+                + ": one model serves one agent's episode, or two agents' trajectories would mix. Build one "
+                "SGLangModel per agent (they may share client= and the tokenizer), or call model.reset() to "
+                "start a new episode with this agent (read model.trajectory first). Strands features that "
+                "run an agent of their own (a summarization agent, steering, a goal judge) need their own "
+                "model too, e.g. Agent(aux_model=...)"
+            )
+        if self.agent is not None or len(self.attached):
+            return True
+        return bool(self.outputs) and fingerprint != self.tools_fingerprint
+
+    # ------------------------------------------------------------------ where the plugin cuts a call
+
+    def matching_output(self, messages: Sequence[Mapping[str, Any]], offset: int) -> int:
+        """How many recorded outputs to keep: up to the latest one found in ``messages`` (which start at
+        history position ``offset``), 0 when none is."""
+        outputs = self.outputs
+        for keep in range(len(outputs), 0, -1):
+            index = outputs[keep - 1].position - offset
+            if 0 <= index < len(messages):
+                message = messages[index]
+                if (
+                    message["role"] == "assistant"
+                    and output_signature(message["content"]) == outputs[keep - 1].signature
+                ):
+                    return keep
+        return 0
+
+    def trim_point(
+        self, agent: Any, messages: Sequence[Mapping[str, Any]], whole: bool = False
+    ) -> int | None:
+        """Where the plugin may cut ``agent``'s call (a whole history): at the latest output found in
+        place, which the call then starts with. None: hand the whole history (``whole``, another agent's
+        call, the history changed, or no output of the episode is in it)."""
+        if self.cut is not None and self.cut[1] == id(agent):
+            self.cut = None
+        if whole or not self.serves(agent) or self.changed is not None:
+            return None
+        keep = self.matching_output(messages, 0)
+        if not keep:
+            return None
+        position = self.outputs[keep - 1].position
+        self.cut = (position, id(agent))
+        return position
+
+    def take_cut(self, agent: Any, messages: Sequence[Mapping[str, Any]]) -> int:
+        """The position the plugin cut this call's messages at (0: they are a whole history)."""
+        cut, self.cut = self.cut, None
+        if cut is None or cut[1] != id(agent):
+            return 0
+        offset = cut[0]
+        for record in reversed(self.outputs):  # the cut is at the latest output in place: one or two checks
+            if record.position == offset:
+                first = messages[0] if messages else None
+                if first is not None and first["role"] == "assistant":
+                    if output_signature(first["content"]) == record.signature:
+                        return offset
+                break
+            if record.position < offset:
+                break
+        return 0  # not the list our middleware cut (another one replaced it): a whole history
+
+    def check(self, agent: Any) -> str | None:
+        """Check ``agent.messages`` against what the model read (the plugin does at every invocation's
+        start; O(history)): why it no longer continues the episode, or None."""
+        if not self.outputs or self.agent is None or self.agent() is not agent:
+            return None
+        return self.verify(agent.messages)
+
+    def change_cause(self, reason: str, agent: Any) -> str:
+        """Why the history changed, in words, and what to do about it. A conversation manager that
+        removed or summarized messages since the model's previous call is named, with the fix."""
+        manager = getattr(agent, "conversation_manager", None)
+        removed = getattr(manager, "removed_message_count", None)
+        if isinstance(removed, int) and self.removed_count is not None and removed != self.removed_count:
+            return (
+                f"the agent's conversation manager ({type(manager).__name__}) compacted the history the "
+                f"trajectory holds ({removed - self.removed_count} message(s) removed or summarized since "
+                "the model's previous call). One trajectory cannot hold a compacted history: pass "
+                "new_segment_on_context_change=True to close it and train each context segment as its own "
+                "sample (the rollout's fanout), or use NullConversationManager"
+            )
+        return (
+            f"the agent's history no longer continues the trajectory: {reason}. The trajectory holds what "
+            "the model read, and text it read cannot change: add the change as a new message instead, or "
+            "call model.reset() to start a new episode from the changed history (read model.trajectory "
+            "first); with new_segment_on_context_change=True such a change starts a new context segment"
+        )
 
     def judge(self, messages: Sequence[Mapping[str, Any]], offset: int) -> Verdict:
         """Whether ``messages`` (the history from position ``offset`` on) continue the episode."""
@@ -193,10 +316,54 @@ class EpisodeHistory:
         return self.changed
 
     def start_over(self) -> None:
-        """Forget the outputs and digests (a new context segment, or a new episode)."""
+        """Forget the outputs and digests (a new context segment)."""
         self.outputs = []
         self.digests = []
         self.changed = None
+
+    def transcript(self) -> list[dict[str, Any]]:
+        """The episode as chat-template messages: each output's prompt messages, then the output."""
+        messages: list[dict[str, Any]] = []
+        for record in self.outputs:
+            messages.extend(record.prompt_messages)
+            messages.append(record.assistant)
+        return messages
+
+    def state(self, with_transcript: bool) -> dict[str, Any]:
+        """Where the outputs sit and what the model read, as plain JSON (:meth:`restore` reads it)."""
+        fingerprint = self.tools_fingerprint
+        return {
+            "outputs": [
+                [
+                    r.position,
+                    [list(r.signature[0]), *r.signature[1:]],
+                    r.prompt_messages if with_transcript else [],
+                    r.assistant if with_transcript else {},
+                ]
+                for r in self.outputs
+            ],
+            "digests": list(self.digests),
+            "initial_position": self.initial_position,
+            "tools_fingerprint": [list(fingerprint[0]), fingerprint[1]] if fingerprint is not None else None,
+            "removed_count": self.removed_count,
+        }
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        """Go on from :meth:`state` (the agent binds again at its next call).
+
+        Raises:
+            KeyError, TypeError, ValueError: ``state`` is malformed."""
+        self.outputs = [
+            OutputRecord(int(position), (tuple(ids), text, reasoning), list(prompt), dict(assistant))
+            for position, (ids, text, reasoning), prompt, assistant in state["outputs"]
+        ]
+        self.digests = [str(d) for d in state.get("digests", ())]
+        self.changed = None
+        self.initial_position = int(state["initial_position"])
+        fingerprint = state["tools_fingerprint"]
+        self.tools_fingerprint = (tuple(fingerprint[0]), fingerprint[1]) if fingerprint else None
+        removed = state.get("removed_count")
+        self.removed_count = int(removed) if removed is not None else None
 
 
 def _edited(position: int) -> str:

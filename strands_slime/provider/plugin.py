@@ -23,10 +23,13 @@ what it misses (a WARNING naming ``plugins=[model.plugin()]``).
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from strands.hooks import BeforeInvocationEvent, BeforeToolCallEvent
-from strands.plugins import Plugin, hook
+from strands.plugins import Plugin
+
+from strands_slime.runtime import get_runtime
 
 try:  # Strands >= 1.62: middleware around each model call
     from strands.middleware import InvokeModelContext, InvokeModelStage
@@ -38,56 +41,50 @@ try:  # a dependency of Strands
 except ImportError:  # pragma: no cover - depends on the environment
     otel_trace = None  # type: ignore[assignment]
 
-__all__ = ["TITOPlugin"]
+__all__ = ["TITOPlugin", "warn_without_plugin"]
+
+logger = logging.getLogger(__name__)
 
 
 class TITOPlugin(Plugin):
     """What one :class:`~strands_slime.provider.model.SGLangModel` needs of the agent that drives it
-    (see the module docstring). The model module imports this one, so the model is not typed here."""
+    (see the module docstring). The model module imports this one, so the model is not typed here.
+
+    Its hooks and middleware are registered in :meth:`init_agent` through the agent's public API
+    (``add_hook``, ``add_middleware``), as Strands documents for plugins with custom initialization; the
+    plugin keeps no bound method of its own, so it forms no reference cycle with its model."""
 
     name = "strands-slime-tito"
 
     def __init__(self, model: Any) -> None:
-        self.model = model
-        # Plugin.__init__ would walk every attribute of the class hierarchy (64 us, once per episode) and
-        # keep the bound hooks it finds on the plugin; set here, its own guard skips the walk, and the
-        # hooks are bound when asked (``hooks``) instead of kept.
-        self._hooks = []
-        self._tools = []
         super().__init__()
-
-    @property
-    def hooks(self) -> list[Any]:
-        """The ``@hook`` methods, bound anew on each read (Strands reads them once, to register them).
-        A plugin that kept its own bound methods would be a reference cycle holding the model, its
-        trajectory and history: garbage only the cyclic collector frees, which the rollout's GC tuning
-        runs rarely, so each finished episode's arrays would pile up in the oldest generation."""
-        return [self.check_history, self.answer_malformed_tool_calls]
+        self.model = model
 
     def init_agent(self, agent: Any) -> None:
-        """Trim each model call's messages (the tool-call hook is registered by Strands from ``@hook``)."""
-        self.model._attached_agents.add(agent)
+        """Bind the model to ``agent`` (a call from no agent loop is then a side call, also before the
+        agent's first call) and register the hooks and the middleware."""
+        self.model.history.attached.add(agent)
+        agent.add_hook(self.check_history, BeforeInvocationEvent)
+        agent.add_hook(self.answer_malformed_tool_calls, BeforeToolCallEvent)
         if InvokeModelStage is not None:
-            agent.add_middleware(InvokeModelStage.Input, self._send_only_new_messages)
+            agent.add_middleware(InvokeModelStage.Input, self.send_only_new_messages)
 
-    @hook
     def check_history(self, event: BeforeInvocationEvent) -> None:
         """Check the agent's history against what the model read (edits between invocations)."""
         self.model.check_history(event.agent)
 
-    @hook
     def answer_malformed_tool_calls(self, event: BeforeToolCallEvent) -> None:
         """Cancel a malformed call with the parser's explanation (an error tool result)."""
-        message = self.model.take_tool_call_error(str(event.tool_use.get("toolUseId")))
+        message = self.model.calls.take_error(str(event.tool_use.get("toolUseId")))
         if message is not None:
             event.cancel_tool = message
 
-    def _send_only_new_messages(self, context: InvokeModelContext) -> InvokeModelContext:
+    def send_only_new_messages(self, context: InvokeModelContext) -> InvokeModelContext:
         """Hand the model only the messages from its last output on (its ``messages`` are already
         Strands' copy); the whole list when a span records or the model finds no output of its own."""
         if context.model is not self.model:
             return context
-        position = self.model.trim_point(context.agent, context.messages, whole=_span_records())
+        position = self.model.history.trim_point(context.agent, context.messages, whole=_span_records())
         if position is None:
             return context
         return context.replace(messages=context.messages[position:])
@@ -96,3 +93,15 @@ class TITOPlugin(Plugin):
 def _span_records() -> bool:
     """Whether an OpenTelemetry span records here (Strands' model-call span would then record too)."""
     return otel_trace is not None and otel_trace.get_current_span().is_recording()
+
+
+def warn_without_plugin() -> None:
+    """Say once per process (a loop that builds a model per episode would repeat it) what a model
+    driven by an agent without its plugin misses."""
+    if get_runtime().first_time("SGLangModel without its plugin"):
+        logger.warning(
+            "SGLangModel is used without its plugin: pass Agent(..., plugins=[model.plugin()]) so that "
+            "malformed tool calls get the parser's explanation instead of running with {}, each call "
+            "reads only new messages, and edits to agent.messages between invocations are found (the "
+            "trajectory is exact either way)"
+        )

@@ -182,3 +182,95 @@ def encode_closed(trajectory: TokenTrajectory) -> str:
     return json.dumps(
         {"turns": json.dumps(encode_trajectory(trajectory)), "missing_logprobs": trajectory.missing_logprobs}
     )
+
+
+class SavedEpisode:
+    """A model's side of the agent's ``model_state``: it writes the episode there after each call and
+    follows an episode it did not write (a session, checkpoint or snapshot restored into a new model).
+    The check is one identity test per call (Strands' deep copy keeps the strings)."""
+
+    def __init__(self, adopt: bool) -> None:
+        self.fresh = adopt
+        """No call yet: a saved episode the agent holds but this model cannot resume is refused."""
+        self.adopt = adopt
+        """Whether a saved episode that is not the one this model wrote last is followed. Off from
+        ``reset`` (a new episode) until the model's first save."""
+        self.bookkeeping: str | None = None
+        """The bookkeeping string of the entry this model wrote or resumed last."""
+        self.turn_chunks: list[str] = []
+        self.chunked: TokenTrajectory | None = None
+        """The trajectory :attr:`turn_chunks` encode (each turn is encoded once)."""
+        self.closed_chunks: list[str] = []
+        self._fingerprint: tuple[Any, str] | None = None
+
+    def fingerprint(self, templater: Any) -> str:
+        """What the saved ids mean for ``templater`` (cached per templater)."""
+        cached = self._fingerprint
+        if cached is None or cached[0] is not templater:
+            cached = self._fingerprint = (templater, tokenizer_fingerprint(templater))
+        return cached[1]
+
+    def follow(self, model: Any, model_state: Any) -> None:
+        """Go on with the episode ``model_state`` holds when it is not the one ``model`` wrote last;
+        what cannot be resumed exactly is refused loudly (:class:`TokenStateUnavailable`)."""
+        saved = model_state.get(MODEL_STATE_KEY) if isinstance(model_state, Mapping) else None
+        if saved is None or not self.adopt:
+            return
+        if not isinstance(saved, Mapping) or not saved.get("tokens"):
+            if self.fresh:  # a new model cannot go on with outputs whose ids were not saved
+                read_saved_episode(saved, self.fingerprint(model.templater))
+            return
+        bookkeeping = saved.get("bookkeeping")
+        if bookkeeping is self.bookkeeping or bookkeeping == self.bookkeeping:
+            self.bookkeeping = bookkeeping
+            return
+        restored = read_saved_episode(saved, self.fingerprint(model.templater))
+        if restored is None:
+            return
+        trajectory, closed, state = restored
+        agent = model.history.agent
+        try:
+            model.from_state(state["model"], trajectory, closed)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise TokenStateUnavailable(
+                f"the agent's saved episode state is damaged ({type(exc).__name__}: {exc}); call "
+                "model.reset() to start a new episode from the history as a prompt"
+            ) from exc
+        model.history.agent = agent
+        keeper = model.saved
+        keeper.adopt, keeper.bookkeeping = True, bookkeeping
+        keeper.turn_chunks, keeper.chunked = list(saved["turns"]), trajectory
+        keeper.closed_chunks = list(saved.get("closed") or ())
+
+    def save(self, model: Any, model_state: Any, agent_metadata: Any) -> None:
+        """Write the episode into ``model_state`` (Strands keeps it after a successful call): the turns
+        not yet encoded and the bookkeeping; or, without ``persist_tokens`` (by default: no session
+        manager, so nothing keeps the agent), only a marker saying the outputs' ids are not kept."""
+        if not isinstance(model_state, dict):
+            return
+        lane = model.lane
+        keep = model.wiring.persist_tokens
+        if keep is None:  # Strands sets the session id only when a session manager is attached
+            keep = getattr(agent_metadata, "session_id", None) is not None
+        if not keep:
+            model_state[MODEL_STATE_KEY] = saved_episode(
+                fingerprint="", turns=None, closed=(), bookkeeping={}, outputs=lane.sampled_outputs
+            )
+            return
+        for closed in lane.closed[len(self.closed_chunks) :]:
+            self.closed_chunks.append(encode_closed(closed))
+        trajectory = lane.trajectory
+        if self.chunked is not trajectory:  # a new segment or a restored trajectory: encode anew
+            self.turn_chunks, self.chunked = [], trajectory
+        del self.turn_chunks[trajectory.turn_count :]
+        for turn in range(len(self.turn_chunks), trajectory.turn_count):
+            self.turn_chunks.append(encode_turn(trajectory, turn))
+        entry = saved_episode(
+            fingerprint=self.fingerprint(model.templater),
+            turns=self.turn_chunks,
+            closed=self.closed_chunks,
+            bookkeeping={"model": model.state(), "missing_logprobs": trajectory.missing_logprobs},
+            outputs=lane.sampled_outputs,
+        )
+        model_state[MODEL_STATE_KEY] = entry
+        self.bookkeeping, self.adopt = entry["bookkeeping"], True

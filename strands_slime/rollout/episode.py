@@ -23,6 +23,7 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 from strands import Agent
@@ -42,7 +43,8 @@ from strands_slime.provider.chat_families import UnsupportedChatTemplate
 from strands_slime.provider.client_errors import SGLangClientError
 from strands_slime.provider.limits import ToolLimiter
 from strands_slime.provider.model import SGLangModel
-from strands_slime.provider.trajectory import TokenTrajectory, token_array
+from strands_slime.provider.recorder import Recorder
+from strands_slime.provider.trajectory import TokenTrajectory
 from strands_slime.rollout import pacing, resume, slime_compat
 from strands_slime.rollout.executor import WorkerDied, get_executor, running_executor
 from strands_slime.rollout.gc_policy import GC_THRESHOLDS, gc_policy, tune_gc_once
@@ -72,6 +74,7 @@ __all__ = [
     "STICKY_ROUTER_POLICIES",
     "Episode",
     "EpisodeOutcome",
+    "Status",
     "generate",
     "get_client",
     "get_tokenizer",
@@ -87,11 +90,20 @@ STICKY_ROUTER_POLICIES = ("consistent_hashing", "manual")
 """Router policies that pin requests carrying the same ``X-SMG-Routing-Key`` to one engine."""
 
 
+class Status(str, Enum):
+    """How an episode ends, by slime's ``Sample.Status`` names."""
+
+    COMPLETED = "COMPLETED"
+    TRUNCATED = "TRUNCATED"
+    ABORTED = "ABORTED"
+    FAILED = "FAILED"
+
+
 @dataclass
 class EpisodeOutcome:
-    """How the episode ended, before it is written into the sample."""
+    """How the episode ended, before it is written into the sample (written by :meth:`Episode._end`)."""
 
-    status: str = "COMPLETED"
+    status: Status = Status.COMPLETED
     finish_reason: str = "stop"
     infra_error: str | None = None
     aborted_by_slime: bool = False
@@ -99,7 +111,7 @@ class EpisodeOutcome:
     @classmethod
     def slime_abort(cls) -> EpisodeOutcome:
         """slime aborted the rollout (its flag was set): the sample goes back to slime as ABORTED."""
-        return cls(status="ABORTED", finish_reason="abort", aborted_by_slime=True)
+        return cls(Status.ABORTED, "abort", aborted_by_slime=True)
 
 
 async def generate(
@@ -158,7 +170,11 @@ class Episode:
         self.model: SGLangModel | None = None
         self.limiter: ToolLimiter | None = None
         self.tool_stats: Any = None
-        self.recorder: resume.ToolResultRecorder | None = None
+        self.record = Recorder()
+        """Every model call of the episode: the trajectories the sample is filled from."""
+        self.tool_results: resume.ToolResultRecorder | None = None
+        self.first_prompt_ids: list[int] | None = None
+        """The prompt of an episode that ended before its first request was rendered (rendered then)."""
         self.agent: Agent | None = None
         self.saved: dict[str, Any] | None = None
         """The state this attempt resumes from (``--partial-rollout``), None for a fresh start."""
@@ -183,7 +199,11 @@ class Episode:
             # filling their samples and saving their state go a few per loop iteration
             await pacing.turn()
             self._see_late_abort()
-            if self.kept_metadata is not None and self.model is None and self.outcome.status == "ABORTED":
+            if (
+                self.kept_metadata is not None
+                and self.model is None
+                and self.outcome.status is Status.ABORTED
+            ):
                 return self._give_back_resumed()  # aborted again before the resumed episode started
             samples = self._fill_all()
             self._save_for_resume()
@@ -206,8 +226,8 @@ class Episode:
             rollout_settings(gc_tuning=self.config.gc_tuning)  # the tracer guard and the GC policy
             self.tokenizer = await warm_up(self.args, self.config, self.abort_check)
             await pacing.turn()  # hundreds of episodes start at once: a few per loop iteration
-            if self.abort_check():
-                self.outcome = EpisodeOutcome.slime_abort()
+            if self.slime_aborted():
+                self._end(Status.ABORTED, "abort")
             else:
                 await self._play()
         except (asyncio.CancelledError, ConfigError):
@@ -215,10 +235,10 @@ class Episode:
         except UnsupportedChatTemplate as exc:
             raise ConfigError(str(exc)) from exc
         except AbortedError:  # slime aborted during the start-up
-            self.outcome = EpisodeOutcome.slime_abort()
+            self._end(Status.ABORTED, "abort")
         except Exception as exc:
             logger.exception("strands_slime generate failed before the episode started")
-            self.outcome = EpisodeOutcome(status="FAILED", finish_reason="error", infra_error=_describe(exc))
+            self._end(Status.FAILED, "error", _describe(exc))
 
     async def _play(self) -> None:
         """Build the agent (from the saved state when resuming) and run it to its end."""
@@ -231,10 +251,10 @@ class Episode:
         )
         tool_abort_check = self.abort_check
         if resume.enabled(self.args, self.evaluation):
-            self.recorder = resume.ToolResultRecorder(
+            self.tool_results = resume.ToolResultRecorder(
                 self.abort_check, (self.saved or {}).get("tool_results")
             )
-            tool_abort_check = self.recorder.tool_abort_check
+            tool_abort_check = self.tool_results.tool_abort_check
         tools, self.tool_stats = await _build_tools(config, tool_abort_check)
         messages = self._restore(history) if self.saved is not None else history
         self.agent = Agent(
@@ -245,26 +265,23 @@ class Episode:
             callback_handler=None,
             conversation_manager=_conversation_manager(config, self.fans_out, pinned=len(history) + 1),
             retry_strategy=None,
-            hooks=[self.limiter] if self.recorder is None else [self.limiter, self.recorder],
+            hooks=[self.limiter] if self.tool_results is None else [self.limiter, self.tool_results],
             plugins=[model.plugin()],
         )
         finished = self.saved.get("finished") if self.saved is not None else None
         if finished:  # the episode had ended before the abort was seen: nothing to run
-            self.outcome.status, self.outcome.finish_reason = str(finished[0]), str(finished[1])
+            self._end(Status(finished[0]), str(finished[1]))
             return
         try:
             # resumed: the saved history already ends with the next step (a model call or a tool round)
             await self.agent.invoke_async(user_text if self.saved is None else None, invocation_state={})
         except MaxTokensReachedException:
-            self.outcome.status, self.outcome.finish_reason = "TRUNCATED", "length"
+            self._end(Status.TRUNCATED, "length")
         except Exception as exc:  # every failure becomes a well-formed sample
             await self._ended_by(exc, user_text)
         else:
-            self.outcome.finish_reason = model.stats.last_finish_reason or "stop"
-        self._settle_cut_call()
-        stats = self.tool_stats
-        if stats is not None and getattr(stats, "infra_failures", 0) and self.outcome.infra_error is None:
-            self.outcome.infra_error = f"sandbox failed {stats.infra_failures} time(s)"
+            self._end(Status.COMPLETED, model.stats.last_finish_reason or "stop")
+        model.lane.settle()  # a cut call the episode never got to goes back into the trajectory
 
     def _build_model(self) -> SGLangModel:
         args, config = self.args, self.config
@@ -273,6 +290,8 @@ class Episode:
             self.tokenizer,
             config.tool_parser,
             get_client(args, config),
+            recorder=self.record,
+            name="main",
             abort_check=self.abort_check,
             routing_key=_routing_key(args, self.sample, config),
             return_routed_experts=bool(getattr(args, "use_rollout_routing_replay", False)),
@@ -291,35 +310,47 @@ class Episode:
 
     async def _ended_by(self, exc: Exception, user_text: str) -> None:
         """The outcome of an episode the agent loop left with ``exc``."""
-        outcome, model = self.outcome, self.model
+        model = self.model
         assert model is not None
         ended = find_episode_end(exc)
         if isinstance(ended, GenerationAborted):
             # slime's own generate returns ABORTED for any server-side abort (its abort, a weight
             # update, an operator's /abort_request): fully-async rollouts requeue such samples.
-            outcome.status, outcome.finish_reason = "ABORTED", "abort"
-            outcome.aborted_by_slime = self.abort_check()
-            if self.recorder is not None and self._can_keep_cut_call(ended):
-                self._adopt_cut_call(ended.trajectory)  # resumed from there, as slime's generate does
+            self._end(Status.ABORTED, "abort")
+            if self.tool_results is not None and self._can_keep_cut_call():
+                model.lane.keep_cut_call()  # resumed from there, as slime's generate does
         elif isinstance(ended, EpisodeEnded):
-            outcome.status, outcome.finish_reason = "TRUNCATED", ended.reason
+            self._end(Status.TRUNCATED, ended.reason)
         else:
-            outcome.status, outcome.finish_reason = "FAILED", "error"
-            outcome.infra_error = _describe(exc)
+            self._end(Status.FAILED, "error", _describe(exc))
             if isinstance(_root(exc), SGLangClientError):  # the server's fault: the cause says it all
-                logger.warning("episode failed: %s", outcome.infra_error)
+                logger.warning("episode failed: %s", self.outcome.infra_error)
             else:  # our bug or the agent's: keep the traceback
-                logger.warning("episode failed: %s", outcome.infra_error, exc_info=exc)
-        if model.first_prompt_ids is None:  # ended before the first request was rendered
+                logger.warning("episode failed: %s", self.outcome.infra_error, exc_info=exc)
+        if model.lane.first_prompt_ids is None:  # ended before the first request was rendered
             await self._render_first_prompt(user_text)
+
+    def slime_aborted(self) -> bool:
+        """Whether slime aborted this rollout: the one place that decides it (its flag is up)."""
+        return bool(self.abort_check())
+
+    def _end(self, status: Status, finish_reason: str, infra_error: str | None = None) -> None:
+        """Write the outcome: the one place it is written. An abort is slime's when its flag is up (else
+        the server's: a weight update, an operator); an episode that used the sandbox when it failed
+        carries that as its infrastructure error."""
+        by_slime = status is Status.ABORTED and self.slime_aborted()
+        failures = getattr(self.tool_stats, "infra_failures", 0)
+        if infra_error is None and failures and not by_slime:
+            infra_error = f"sandbox failed {failures} time(s)"
+        self.outcome = EpisodeOutcome(status, finish_reason, infra_error, by_slime)
 
     def _see_late_abort(self) -> None:
         """An episode that ends while slime's flag is set is ABORTED by slime, whatever ended it; one
         that had finished by itself is only reported as finished when it resumes."""
-        if self.abort_check() and not self.outcome.aborted_by_slime:
-            if self.outcome.status in resume.FINISHED_STATUSES:
-                self.finished_before_abort = (self.outcome.status, self.outcome.finish_reason)
-            self.outcome = EpisodeOutcome.slime_abort()
+        if self.slime_aborted() and not self.outcome.aborted_by_slime:
+            if self.outcome.status.value in resume.FINISHED_STATUSES:
+                self.finished_before_abort = (self.outcome.status.value, self.outcome.finish_reason)
+            self._end(Status.ABORTED, "abort")
 
     def _give_back_resumed(self) -> Any:
         """The sample still holds its saved part: it goes back to slime as it came, ABORTED again."""
@@ -354,7 +385,7 @@ class Episode:
                     write_keys(sample.metadata, abort_source="slime")
                     sample.status = slime_compat.status(sample, "ABORTED")
                     return sample
-                self.outcome = EpisodeOutcome.slime_abort()
+                self._end(Status.ABORTED, "abort")
                 self._fill(sample, None)
                 result = [sample] if self.fans_out else sample
             except WorkerDied as exc:
@@ -372,11 +403,7 @@ class Episode:
     def _fill_all(self) -> list[Any]:
         """Fill the sample, and a copy of it per further fan-out segment."""
         model = self.model
-        segments: list[TokenTrajectory | None] = (
-            [*model.closed_trajectories, model.trajectory] if model is not None else [None]
-        )
-        if len(segments) > 1 and not segments[-1].num_outputs:  # type: ignore[union-attr]
-            segments.pop()  # compacted, then ended before the next output: nothing to train on there
+        segments: list[TokenTrajectory | None] = [*model.lane.segments()] if model is not None else [None]
         template = copy.deepcopy(self.sample) if len(segments) > 1 else None
         samples = [self.sample] + [copy.deepcopy(template) for _ in segments[1:]]
         for current, trajectory in zip(samples, segments, strict=True):
@@ -406,12 +433,12 @@ class Episode:
             append_inert_token(args, sample, self.tokenizer)
         fill_missing_routed_experts(args, sample)
         decode_response(sample, self.tokenizer)
-        sample.status = slime_compat.status(sample, self.outcome.status)
+        sample.status = slime_compat.status(sample, self.outcome.status.value)
         metadata = dict(getattr(sample, "metadata", None) or {})
         metadata.update(self._record(masked).to_metadata())
         sample.metadata = metadata
         sample.non_generation_time = float(getattr(self.tool_stats, "seconds", 0.0))
-        if self.outcome.infra_error and self.outcome.status != "ABORTED":
+        if self.outcome.infra_error and self.outcome.status is not Status.ABORTED:
             remove(args, sample, self.config, self.evaluation)
 
     def _record(self, masked: int) -> EpisodeMetadata:
@@ -438,9 +465,9 @@ class Episode:
             masked_null_logprobs=masked,
             abort_detection=self.flag.source,
         )
-        if outcome.status == "ABORTED":
+        if outcome.status is Status.ABORTED:
             record.abort_source = "slime" if outcome.aborted_by_slime else "server"
-        if outcome.status == "TRUNCATED":
+        if outcome.status is Status.TRUNCATED:
             record.truncation = outcome.finish_reason
         if self.config.keep_transcript and model is not None:
             record.transcript = model.transcript()
@@ -450,8 +477,9 @@ class Episode:
         """Prompt ids for a sample that produced no output: the episode's exact first prompt when it got
         that far, else the user message alone."""
         model = self.model
-        if model is not None and model.first_prompt_ids:
-            return list(model.first_prompt_ids)
+        first = model.lane.first_prompt_ids if model is not None else None
+        if first or self.first_prompt_ids:
+            return list(first or self.first_prompt_ids or ())
         if model is None or self.tokenizer is None:
             return [0]
         try:
@@ -462,17 +490,15 @@ class Episode:
         return model.templater.encode(text) or [0]
 
     async def _render_first_prompt(self, user_text: str) -> None:
-        """Give ``model.first_prompt_ids`` the prompt the episode would have sent (never raises)."""
+        """Give :attr:`first_prompt_ids` the prompt the episode would have sent (never raises)."""
         model, agent = self.model, self.agent
         assert model is not None and agent is not None
         messages = [*agent.messages]
         if not messages or messages[-1].get("role") != "user":
             messages.append({"role": "user", "content": [{"text": user_text}]})
         try:
-            model.first_prompt_ids = token_array(
-                await model.initial_prompt_ids(
-                    messages, agent.tool_registry.get_all_tool_specs(), agent.system_prompt
-                )
+            self.first_prompt_ids = await model.initial_prompt_ids(
+                messages, agent.tool_registry.get_all_tool_specs(), agent.system_prompt
             )
         except Exception as exc:
             logger.debug("could not render the prompt of a failed episode: %s", exc)
@@ -501,8 +527,7 @@ class Episode:
             )
             if trajectory.response_length != int(saved["response_length"]):
                 raise ValueError("the saved layout's prompt does not match the sample's response length")
-            self.model.from_state(saved["model"], trajectory)
-            self._split_cut_call()
+            self.model.from_state(saved["model"], trajectory)  # a cut call's output is gone on from
             self.limiter.restore_counters(saved["limiter"])
             resume.restore_tool_stats(self.tool_stats, saved.get("tool_stats"))
             messages = resume.saved_messages(saved)
@@ -512,7 +537,7 @@ class Episode:
             )
             self._start_over()
             return history
-        if self.recorder is not None:
+        if self.tool_results is not None:
             self.resumed_segments = len(saved["trajectory"]["segments"])
             self.masked_before = int(saved.get("masked_null_logprobs", 0))
         return messages
@@ -525,49 +550,16 @@ class Episode:
         self.model.reset()
         self.limiter.reset()
         resume.reset_tool_stats(self.tool_stats)
-        if self.recorder is not None:
-            self.recorder.finished.clear()
+        if self.tool_results is not None:
+            self.tool_results.finished.clear()
 
-    def _split_cut_call(self) -> None:
-        """A restored trajectory whose last turn has no recorded output ends with a model call the abort
-        cut short: that turn leaves the trajectory and the next call goes on from its output."""
-        model = self.model
-        assert model is not None
-        trajectory = model.trajectory
-        if trajectory.turn_count <= model.recorded_outputs:
-            return
-        start = trajectory.turn_start(trajectory.turn_count - 1)
-        delta = [
-            token
-            for segment in trajectory.segment_info[start.segment_count :]
-            if not segment.is_output
-            for token in trajectory.token_ids[segment.start : segment.start + segment.length].tolist()
-        ]
-        output = trajectory.token_ids[start.token_count + len(delta) :]
-        logprobs = trajectory.logprobs[start.token_count + len(delta) :]
-        trajectory.rollback_turns(trajectory.turn_count - 1)
-        model.continue_output(delta, output, logprobs)
-
-    def _settle_cut_call(self) -> None:
-        """A cut-short call the episode never got to goes back into the trajectory (it ended before its
-        next model call), so the trajectory again holds everything the sample does."""
-        model = self.model
-        assert model is not None
-        continuation = model.take_continuation()
-        if continuation is None:
-            return
-        delta, output, logprobs = continuation
-        model.trajectory.begin_turn()
-        model.trajectory.add_prompt(delta)
-        model.trajectory.add_output(output, logprobs)
-
-    def _can_keep_cut_call(self, ended: GenerationAborted) -> bool:
+    def _can_keep_cut_call(self) -> bool:
         """Whether the output of the call the server aborted can stay in the sample: it has some, and
         what slime replays from it (top-p spans, routed experts) came with it."""
-        partial = ended.trajectory
-        if partial is None or not partial.ends_with_output:
+        assert self.model is not None
+        meta = self.model.lane.cut_call_meta()
+        if meta is None:
             return False
-        meta = partial.segment_info[-1].meta_info or {}
         try:
             check_replay_meta(
                 meta, self.want_top_p, bool(getattr(self.args, "use_rollout_routing_replay", False))
@@ -576,25 +568,12 @@ class Episode:
             return False
         return True
 
-    def _adopt_cut_call(self, partial: TokenTrajectory) -> None:
-        """Keep the output of the call the abort cut short (``partial``: the trajectory plus that call),
-        when it extends the model's trajectory by exactly that call."""
-        model = self.model
-        assert model is not None
-        current = model.trajectory
-        if (
-            partial.turn_count == current.turn_count + 1
-            and partial.ends_with_output
-            and partial.token_ids[: len(current)] == current.token_ids
-        ):
-            model.trajectory = partial
-
     def _save_for_resume(self) -> None:
         """Keep an aborted episode's state in the sample, so slime's recycled sample resumes it."""
         if (
-            self.recorder is None
+            self.tool_results is None
             or self.model is None
-            or self.outcome.status != "ABORTED"
+            or self.outcome.status is not Status.ABORTED
             or slime_compat.status_name(self.sample) != "aborted"  # the fill failed: nothing to keep
         ):
             return
@@ -608,7 +587,7 @@ class Episode:
         trajectory."""
         model, recorder, limiter, agent, sample = (
             self.model,
-            self.recorder,
+            self.tool_results,
             self.limiter,
             self.agent,
             self.sample,

@@ -166,7 +166,7 @@ async def test_forced_qwen3_coder_tool_choice(qwen3_tokenizer: Any, recorder: Fa
     stop = next(event["messageStop"]["stopReason"] for event in events if "messageStop" in event)
     assert stop == "tool_use", model.last_output_text
     assert model.last_output_text.startswith("<tool_call>\n<function=rate>\n<parameter=mood>\n")
-    (call,) = model.last_parsed.tool_calls
+    (call,) = model.last_reply.parsed.tool_calls
     assert call.error is None and call.arguments["mood"] in ("calm", "angry")
     assert isinstance(call.arguments["score"], int)
     assert_trajectory_is_the_servers(model, recorder)
