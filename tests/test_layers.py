@@ -16,7 +16,16 @@ pytestmark = pytest.mark.unit
 
 PACKAGE = "strands_slime"
 
+DEPRECATED_PATHS = (
+    "chat", "chat_families", "client", "client_errors", "constraints", "deepseek_v32", "eval_metrics",
+    "executor", "executor_worker", "fanout", "filters", "limits", "math_answer", "metrics", "model",
+    "offline", "pacing", "resume", "slime_compat", "startup", "template_check", "tokenizer",
+    "tool_parsers", "trajectory",
+)  # fmt: skip
+"""Module paths of earlier releases (``strands_slime/<name>.py``, see ``_compat``): above everything."""
+
 LAYERS = (
+    grimp.Layer(*DEPRECATED_PATHS),
     grimp.Layer("cli"),
     grimp.Layer("viewer", "drift", "data_prep", "launch", "wandb_log"),
     grimp.Layer("rollout"),
