@@ -446,8 +446,7 @@ class ChatTemplater:
         render of a user turn always opens the assistant's).
 
         Raises:
-            UnsupportedChatTemplate: the header cannot be read from a render of a user turn (or a
-                system and a user turn), so a prompt templated already could not be told from a plain one.
+            UnsupportedChatTemplate: no render of a user turn (alone or after a system turn) shows it.
         """
         failures = []
         user = {"role": "user", "content": _PROBE_TEXT}
@@ -474,12 +473,8 @@ class ChatTemplater:
     def ends_with_generation_prompt(self, text: str) -> bool:
         """True when ``text`` ends like a prompt this template rendered for generation: its assistant
         header, optionally followed by a thinking block the template opened or left empty. A plain
-        prompt that merely ends with the word "assistant" does not.
-
-        Raises:
-            UnsupportedChatTemplate: the template's header cannot be read (:attr:`assistant_header`):
-                "cannot tell" is never an answer.
-        """
+        prompt that merely ends with the word "assistant" does not. "Cannot tell" is never an answer:
+        :attr:`assistant_header` raises."""
         return _TRAILING_THINK.sub("", text).rstrip().endswith(self.assistant_header)
 
     @staticmethod
