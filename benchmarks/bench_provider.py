@@ -572,6 +572,44 @@ model's plugin: what ``generate`` gives its episodes), ours as a bare ``Agent(mo
 the peer, and Strands alone (the floor). Options are :func:`driver_command` keywords."""
 
 
+def rotated_windows(
+    python: Path,
+    labels: list[str],
+    options: Mapping[str, Mapping[str, Any]],
+    script: Path,
+    transcripts_file: Path,
+    concurrency: int,
+    *,
+    repeats: int,
+    run_for_s: float,
+    settle_s: float,
+) -> list[dict[str, Any]]:
+    """``repeats`` :func:`run_side_by_side` windows of ``labels``, the start order rotated each time;
+    each result carries the 1-minute load average before and after it."""
+    windows = []
+    for repeat in range(repeats):
+        order = labels[repeat % len(labels) :] + labels[: repeat % len(labels)]
+        load = os.getloadavg()[0]
+        result = run_side_by_side(
+            python,
+            order,
+            script,
+            transcripts_file,
+            concurrency,
+            run_for_s=run_for_s,
+            settle_s=settle_s,
+            options=options,
+        )
+        result["load_average_1min"] = [load, os.getloadavg()[0]]
+        windows.append(result)
+        print(
+            f"  side by side x{concurrency:<5}"
+            + "".join(f" {lab} {_fmt(result['providers'][lab]['cpu_ms_per_turn'])}" for lab in labels),
+            flush=True,
+        )
+    return windows
+
+
 def provider_of(label: str) -> str:
     """The driver's provider for a label: ``ours:bare`` and ``ours@base`` are ``ours``."""
     return label.split("@", 1)[0].split(":", 1)[0]
@@ -596,27 +634,17 @@ def run_paths(
     options = {label: PATHS[label] for label in labels}
     cells: dict[str, Any] = {}
     for concurrency in concurrencies:
-        side: list[dict[str, Any]] = []
-        for repeat in range(repeats):
-            order = labels[repeat % len(labels) :] + labels[: repeat % len(labels)]
-            load = os.getloadavg()[0]
-            result = run_side_by_side(
-                python,
-                order,
-                script,
-                transcripts_file,
-                concurrency,
-                run_for_s=run_for_s,
-                settle_s=settle_s,
-                options=options,
-            )
-            result["load_average_1min"] = [load, os.getloadavg()[0]]
-            side.append(result)
-            print(
-                f"  side by side x{concurrency:<5}"
-                + "".join(f" {lab} {_fmt(result['providers'][lab]['cpu_ms_per_turn'])}" for lab in labels),
-                flush=True,
-            )
+        side = rotated_windows(
+            python,
+            labels,
+            options,
+            script,
+            transcripts_file,
+            concurrency,
+            repeats=repeats,
+            run_for_s=run_for_s,
+            settle_s=settle_s,
+        )
         back: dict[str, list[dict[str, Any]]] = {}
         with Server(script) as server:
             for repeat in range(repeats):
@@ -965,34 +993,26 @@ def run_installs(quick: bool = False) -> dict[str, Any]:
     python = setup_peer_venv()
     labels = list(INSTALLS)
     work = Path(tempfile.mkdtemp(prefix="bench-installs-"))
-    windows = []
     try:
         data, transcripts_file, script_file = write_workload(plan(quick)["distinct_transcripts"], work)
-        for repeat in range(spec["repeats"]):
-            order = labels[repeat % len(labels) :] + labels[: repeat % len(labels)]
-            load = os.getloadavg()[0]
-            result = run_side_by_side(
+        windows = [
+            {
+                "order": list(result["providers"]),
+                "load_average_1min": result["load_average_1min"],
+                "cpu_ms_per_turn": {lab: result["providers"][lab]["cpu_ms_per_turn"] for lab in labels},
+            }
+            for result in rotated_windows(
                 python,
-                order,
+                labels,
+                {label: INSTALLS[label][1] for label in labels},
                 script_file,
                 transcripts_file,
                 spec["concurrency"],
+                repeats=spec["repeats"],
                 run_for_s=spec["run_for_s"],
                 settle_s=spec["settle_s"],
-                options={label: INSTALLS[label][1] for label in labels},
             )
-            windows.append(
-                {
-                    "order": order,
-                    "load_average_1min": [load, os.getloadavg()[0]],
-                    "cpu_ms_per_turn": {lab: result["providers"][lab]["cpu_ms_per_turn"] for lab in labels},
-                }
-            )
-            print(
-                f"  window {repeat + 1}: "
-                + ", ".join(f"{lab} {_fmt(windows[-1]['cpu_ms_per_turn'][lab])}" for lab in labels),
-                flush=True,
-            )
+        ]
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -1133,25 +1153,17 @@ def _run_side_by_side(
     spec = settings["side_by_side"]
     cells: dict[str, Any] = {}
     for concurrency in spec["concurrency"]:
-        repeats = []
-        for repeat in range(spec["repeats"]):
-            order = ["ours", "peer"] if repeat % 2 == 0 else ["peer", "ours"]
-            result = run_side_by_side(
-                python,
-                order,
-                script,
-                transcripts_file,
-                concurrency,
-                run_for_s=spec["run_for_s"],
-                settle_s=spec["settle_s"],
-            )
-            repeats.append(result)
-            cells_now = result["providers"]
-            print(
-                f"  side by side x{concurrency:<5} ours {_fmt(cells_now['ours']['cpu_ms_per_turn'])} / peer "
-                f"{_fmt(cells_now['peer']['cpu_ms_per_turn'])} ms CPU/turn: {_fmt(result['ours_over_peer'])}",
-                flush=True,
-            )
+        repeats = rotated_windows(
+            python,
+            ["ours", "peer"],
+            {},
+            script,
+            transcripts_file,
+            concurrency,
+            repeats=spec["repeats"],
+            run_for_s=spec["run_for_s"],
+            settle_s=spec["settle_s"],
+        )
         ratios = [r["ours_over_peer"] for r in repeats if r["ours_over_peer"] is not None]
         cells[str(concurrency)] = {
             "repeats": repeats,
