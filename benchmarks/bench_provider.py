@@ -47,6 +47,7 @@ RESULTS_PATH = REPO_ROOT / "benchmarks" / "results" / "provider.json"
 QUICK_RESULTS_PATH = REPO_ROOT / "benchmarks" / "results" / "provider-quick.json"
 DOC_PATH = REPO_ROOT / "docs" / "benchmarks.md"
 PATHS_RESULTS_PATH = REPO_ROOT / "benchmarks" / "results" / "provider-paths.json"
+INSTALLS_RESULTS_PATH = REPO_ROOT / "benchmarks" / "results" / "provider-installs.json"
 DRIVER = BENCH_DIR / "provider_driver.py"
 PEER_VENV = REPO_ROOT / ".venv-peer"
 PEER_REQUIREMENTS = (
@@ -571,6 +572,44 @@ model's plugin: what ``generate`` gives its episodes), ours as a bare ``Agent(mo
 the peer, and Strands alone (the floor). Options are :func:`driver_command` keywords."""
 
 
+def rotated_windows(
+    python: Path,
+    labels: list[str],
+    options: Mapping[str, Mapping[str, Any]],
+    script: Path,
+    transcripts_file: Path,
+    concurrency: int,
+    *,
+    repeats: int,
+    run_for_s: float,
+    settle_s: float,
+) -> list[dict[str, Any]]:
+    """``repeats`` :func:`run_side_by_side` windows of ``labels``, the start order rotated each time;
+    each result carries the 1-minute load average before and after it."""
+    windows = []
+    for repeat in range(repeats):
+        order = labels[repeat % len(labels) :] + labels[: repeat % len(labels)]
+        load = os.getloadavg()[0]
+        result = run_side_by_side(
+            python,
+            order,
+            script,
+            transcripts_file,
+            concurrency,
+            run_for_s=run_for_s,
+            settle_s=settle_s,
+            options=options,
+        )
+        result["load_average_1min"] = [load, os.getloadavg()[0]]
+        windows.append(result)
+        print(
+            f"  side by side x{concurrency:<5}"
+            + "".join(f" {lab} {_fmt(result['providers'][lab]['cpu_ms_per_turn'])}" for lab in labels),
+            flush=True,
+        )
+    return windows
+
+
 def provider_of(label: str) -> str:
     """The driver's provider for a label: ``ours:bare`` and ``ours@base`` are ``ours``."""
     return label.split("@", 1)[0].split(":", 1)[0]
@@ -595,27 +634,17 @@ def run_paths(
     options = {label: PATHS[label] for label in labels}
     cells: dict[str, Any] = {}
     for concurrency in concurrencies:
-        side: list[dict[str, Any]] = []
-        for repeat in range(repeats):
-            order = labels[repeat % len(labels) :] + labels[: repeat % len(labels)]
-            load = os.getloadavg()[0]
-            result = run_side_by_side(
-                python,
-                order,
-                script,
-                transcripts_file,
-                concurrency,
-                run_for_s=run_for_s,
-                settle_s=settle_s,
-                options=options,
-            )
-            result["load_average_1min"] = [load, os.getloadavg()[0]]
-            side.append(result)
-            print(
-                f"  side by side x{concurrency:<5}"
-                + "".join(f" {lab} {_fmt(result['providers'][lab]['cpu_ms_per_turn'])}" for lab in labels),
-                flush=True,
-            )
+        side = rotated_windows(
+            python,
+            labels,
+            options,
+            script,
+            transcripts_file,
+            concurrency,
+            repeats=repeats,
+            run_for_s=run_for_s,
+            settle_s=settle_s,
+        )
         back: dict[str, list[dict[str, Any]]] = {}
         with Server(script) as server:
             for repeat in range(repeats):
@@ -937,6 +966,105 @@ def replace_doc_section(doc: Path, begin: str, end: str, section: str) -> None:
     doc.write_text(text)
 
 
+INSTALLS: dict[str, tuple[str, dict[str, Any]]] = {
+    "ours:bare:plain": (
+        "bare `Agent(model=SGLangModel(...))`, `pip install strands-slime`",
+        {"ours_setup": "bare", "fast_tokenizer": False},
+    ),
+    "ours:bare": ("bare, with the `fast-tokenizer` extra", {"ours_setup": "bare"}),
+    "ours:plain": ("generate's settings, `pip install -e '.[verify]'` (no extra)", {"fast_tokenizer": False}),
+    "ours": ("generate's settings, `pip install -e '.[verify,fast-tokenizer]'`", {}),
+    "peer": ("peer", {}),
+}
+"""What each install and path a user runs gets (``--installs``): label -> (what it is, driver options).
+Without the extra, quicktok is made unimportable in the driver: what a plain install runs."""
+INSTALLS_PLAN = {"concurrency": 64, "repeats": 2, "run_for_s": 30.0, "settle_s": 8.0}
+INSTALLS_DOC_BEGIN = "<!-- provider-installs: begin -->"
+INSTALLS_DOC_END = "<!-- provider-installs: end -->"
+
+
+def run_installs(quick: bool = False) -> dict[str, Any]:
+    """Every entry of :data:`INSTALLS` side by side at 64 concurrent episodes, the start order rotated
+    per window: CPU per turn and x/peer per window, then the medians."""
+    spec = {
+        **INSTALLS_PLAN,
+        **({"concurrency": 16, "repeats": 1, "run_for_s": 8.0, "settle_s": 3.0} if quick else {}),
+    }
+    python = setup_peer_venv()
+    labels = list(INSTALLS)
+    work = Path(tempfile.mkdtemp(prefix="bench-installs-"))
+    try:
+        data, transcripts_file, script_file = write_workload(plan(quick)["distinct_transcripts"], work)
+        windows = [
+            {
+                "order": list(result["providers"]),
+                "load_average_1min": result["load_average_1min"],
+                "cpu_ms_per_turn": {lab: result["providers"][lab]["cpu_ms_per_turn"] for lab in labels},
+            }
+            for result in rotated_windows(
+                python,
+                labels,
+                {label: INSTALLS[label][1] for label in labels},
+                script_file,
+                transcripts_file,
+                spec["concurrency"],
+                repeats=spec["repeats"],
+                run_for_s=spec["run_for_s"],
+                settle_s=spec["settle_s"],
+            )
+        ]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    def over_peer(window: dict[str, Any], label: str) -> float | None:
+        ms = window["cpu_ms_per_turn"]
+        return ms[label] / ms["peer"] if ms.get(label) and ms.get("peer") else None
+
+    return {
+        **_result_header("provider-installs", quick, python),
+        "transcripts": transcript_data.summary(data),
+        "plan": spec,
+        "windows": windows,
+        "cpu_ms_per_turn": {
+            lab: _median_or_none([w["cpu_ms_per_turn"][lab] for w in windows]) for lab in labels
+        },
+        "over_peer": {lab: _median_or_none([over_peer(w, lab) for w in windows]) for lab in labels},
+    }
+
+
+def _median_or_none(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
+def installs_section(results: dict[str, Any]) -> str:
+    """The docs section of :func:`run_installs`'s results, between its markers."""
+    loads = [value for window in results["windows"] for value in window["load_average_1min"]]
+    spec = results["plan"]
+    lines = [
+        INSTALLS_DOC_BEGIN,
+        f"### What each install gets ({results['date'][:10]})",
+        "",
+        f"`python benchmarks/bench_provider.py --installs` on {results['date']} ({results['machine'].get('cpu', '?')}, "
+        f"{results['machine'].get('cpus', '?')} CPUs; 1-minute load average {min(loads):.1f} to {max(loads):.1f}: the "
+        f"machine was shared, every driver was under `nice`). {spec['concurrency']} concurrent episodes, every "
+        "driver at once, each with its own zero-latency server (drivers on one CPU, servers on the other), CPU "
+        f"per turn over {spec['settle_s']:g}-{spec['run_for_s']:g} s of each window, median of {spec['repeats']} "
+        "windows with the start order rotated; x/peer per window, then the median.",
+        "",
+        "| what the user installs and runs | ms/turn | x/peer |",
+        "|---|---|---|",
+        *(
+            f"| *{label}*: {INSTALLS[label][0]} | {_fmt(results['cpu_ms_per_turn'][label])} | "
+            f"{_fmt(results['over_peer'][label])} |"
+            for label in INSTALLS
+        ),
+        "",
+        INSTALLS_DOC_END,
+    ]
+    return "\n".join(lines)
+
+
 def _run_sweep(
     python: Path, providers: list[str], settings: dict[str, Any], transcripts_file: Path, script: Path
 ) -> dict[str, Any]:
@@ -1025,25 +1153,17 @@ def _run_side_by_side(
     spec = settings["side_by_side"]
     cells: dict[str, Any] = {}
     for concurrency in spec["concurrency"]:
-        repeats = []
-        for repeat in range(spec["repeats"]):
-            order = ["ours", "peer"] if repeat % 2 == 0 else ["peer", "ours"]
-            result = run_side_by_side(
-                python,
-                order,
-                script,
-                transcripts_file,
-                concurrency,
-                run_for_s=spec["run_for_s"],
-                settle_s=spec["settle_s"],
-            )
-            repeats.append(result)
-            cells_now = result["providers"]
-            print(
-                f"  side by side x{concurrency:<5} ours {_fmt(cells_now['ours']['cpu_ms_per_turn'])} / peer "
-                f"{_fmt(cells_now['peer']['cpu_ms_per_turn'])} ms CPU/turn: {_fmt(result['ours_over_peer'])}",
-                flush=True,
-            )
+        repeats = rotated_windows(
+            python,
+            ["ours", "peer"],
+            {},
+            script,
+            transcripts_file,
+            concurrency,
+            repeats=spec["repeats"],
+            run_for_s=spec["run_for_s"],
+            settle_s=spec["settle_s"],
+        )
         ratios = [r["ours_over_peer"] for r in repeats if r["ours_over_peer"] is not None]
         cells[str(concurrency)] = {
             "repeats": repeats,
@@ -1391,11 +1511,28 @@ def main() -> None:
         help="only both paths by both methods (benchmarks/results/provider-paths.json)",
     )
     parser.add_argument(
-        "--write-doc", action="store_true", help="with --paths: update its section of docs/benchmarks.md"
+        "--installs",
+        action="store_true",
+        help="only what each install gets, side by side (benchmarks/results/provider-installs.json)",
+    )
+    parser.add_argument(
+        "--write-doc",
+        action="store_true",
+        help="with --paths or --installs: update its section of docs/benchmarks.md",
     )
     args = parser.parse_args()
     if args.setup_peer:
         print(setup_peer_venv())
+        return
+    if args.installs:
+        results = run_installs(quick=args.quick)
+        out = args.out or INSTALLS_RESULTS_PATH
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(results, indent=2) + "\n")
+        print(installs_section(results))
+        if args.write_doc and not args.quick:
+            replace_doc_section(DOC_PATH, INSTALLS_DOC_BEGIN, INSTALLS_DOC_END, installs_section(results))
+            print(f"updated {DOC_PATH}")
         return
     if args.paths:
         results = run_paths_only(quick=args.quick)

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from strands_slime import _compat
-
 __version__ = "0.1.0"
 
 _LAZY = {
@@ -24,8 +22,6 @@ _LAZY = {
 }
 
 __all__ = ["__version__", *_LAZY]
-
-_compat.install()  # module paths of earlier releases keep working, with a DeprecationWarning
 
 
 def __getattr__(name: str) -> Any:

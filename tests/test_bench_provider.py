@@ -259,6 +259,40 @@ def test_report_without_the_peer_says_why() -> None:
     assert "peer/ours" not in markdown.split("Above the Strands floor")[0]
 
 
+def test_the_installs_section_reports_each_install_against_the_peer() -> None:
+    labels = list(bench_provider.INSTALLS)
+    windows = [
+        {
+            "order": labels,
+            "load_average_1min": [3.0, 4.5],
+            "cpu_ms_per_turn": dict.fromkeys(labels, 4.0) | {"peer": 8.0},
+        },
+        {
+            "order": labels,
+            "load_average_1min": [2.0, 2.5],
+            "cpu_ms_per_turn": dict.fromkeys(labels, 6.0) | {"peer": 8.0},
+        },
+    ]
+    results = {
+        "date": "2026-11-29T06:00:00+00:00",
+        "machine": {"cpu": "Test CPU", "cpus": 2},
+        "plan": {"concurrency": 64, "repeats": 2, "run_for_s": 30.0, "settle_s": 8.0},
+        "windows": windows,
+        "cpu_ms_per_turn": dict.fromkeys(labels, 5.0) | {"peer": 8.0},
+        "over_peer": dict.fromkeys(labels, 0.625) | {"peer": 1.0},
+    }
+    section = bench_provider.installs_section(results)
+    assert section.startswith(bench_provider.INSTALLS_DOC_BEGIN) and section.endswith(
+        bench_provider.INSTALLS_DOC_END
+    )
+    assert "1-minute load average 2.0 to 4.5" in section and "Test CPU, 2 CPUs" in section
+    assert (
+        "| *ours:bare:plain*: bare `Agent(model=SGLangModel(...))`, `pip install strands-slime` | 5.00 | 0.62 |"
+        in section
+    )
+    assert "| *peer*: peer | 8.00 | 1.00 |" in section
+
+
 def test_plot_writes_a_png(tmp_path: Path) -> None:
     out = plot.plot_sweep(synthetic_results(), tmp_path / "sweep.png")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

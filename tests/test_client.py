@@ -619,6 +619,42 @@ async def test_an_abort_while_the_connection_opens_sends_nothing(fault_server: F
     assert [r["input_ids"] for r in fault_server.requests] == [[2]], "the aborted request was never sent"
 
 
+async def test_an_abort_on_a_pooled_connection_sends_nothing(fault_server: FaultServer) -> None:
+    """The same read when the connection comes from the pool (a keep-alive one: no connecting at all)."""
+    from strands_slime.provider import client as client_module
+
+    async with make_client(fault_server.url) as client:
+        await client.generate([1], {})
+        with pytest.raises(SGLangAbortedError, match="was not sent: the rollout was aborted"):
+            await client.generate([2], {}, abort_check=lambda: client_module._SEND_GUARD.get() is not None)
+        await client.generate([3], {})
+    assert [r["input_ids"] for r in fault_server.requests] == [[1], [3]]
+
+
+def test_aiohttp_writes_the_request_as_soon_as_the_connector_returns() -> None:
+    """What the abort read in ``_GuardedConnector.connect`` relies on, pinned against the installed
+    aiohttp: in ``ClientSession._request`` the first await after ``connector.connect`` is ``req.send``.
+    An upgrade that awaits anything in between (where an abort could land unread) fails here: move the
+    read to wherever aiohttp then writes the first byte (docs/provider.md, "Aborts")."""
+    import ast
+    import inspect
+    import textwrap
+
+    import aiohttp
+
+    tree = ast.parse(textwrap.dedent(inspect.getsource(aiohttp.ClientSession._request)))
+    awaits = sorted(
+        (node for node in ast.walk(tree) if isinstance(node, ast.Await)),
+        key=lambda n: (n.lineno, n.col_offset),
+    )
+    called = [ast.unparse(node.value.func) if isinstance(node.value, ast.Call) else "" for node in awaits]
+    assert "self._connector.connect" in called, (
+        f"aiohttp {aiohttp.__version__} no longer awaits connector.connect"
+    )
+    after = called[called.index("self._connector.connect") + 1]
+    assert after == "req.send", f"aiohttp {aiohttp.__version__} awaits {after} between connect and send"
+
+
 async def test_caller_cancellation_stays_a_cancellation(fault_server: FaultServer) -> None:
     fault_server.delay = 30.0
     async with make_client(fault_server.url) as client:

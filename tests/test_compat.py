@@ -6,18 +6,75 @@ API of the trajectory, the old names of the trajectory."""
 from __future__ import annotations
 
 import importlib
+import os
 import subprocess
 import sys
 import warnings
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from strands_slime._compat import MOVED, MOVED_ATTRIBUTES
+import strands_slime
 from strands_slime.provider.trajectory import TokenArray, TokenTrajectory
 from strands_slime.runtime import get_runtime
 
 pytestmark = pytest.mark.unit
+
+_PROVIDER = ("chat", "chat_families", "client", "client_errors", "constraints", "limits",
+             "model", "template_check", "tokenizer", "tool_parsers", "trajectory")  # fmt: skip
+_ROLLOUT = ("executor", "executor_worker", "fanout", "filters", "metrics", "offline", "resume",
+            "slime_compat", "startup", "pacing")  # fmt: skip
+MOVED: dict[str, str] = {
+    **{f"strands_slime.{name}": f"strands_slime.provider.{name}" for name in _PROVIDER},
+    **{f"strands_slime.{name}": f"strands_slime.rollout.{name}" for name in _ROLLOUT},
+    "strands_slime.eval_metrics": "strands_slime.reward.eval_metrics",
+    "strands_slime.math_answer": "strands_slime.reward.math_answer",
+    "strands_slime.math_answer.judge": "strands_slime.reward.math_answer.judge",
+    "strands_slime.math_answer.normalize": "strands_slime.reward.math_answer.normalize",
+    "strands_slime.math_answer.verify": "strands_slime.reward.math_answer.verify",
+    "strands_slime.rollout.episode_metadata": "strands_slime.episode_metadata",
+    "strands_slime.deepseek_v32": "strands_slime.provider.deepseek",
+    "strands_slime.provider.deepseek_v32": "strands_slime.provider.deepseek",
+}
+"""The module paths of earlier releases -> where they live now."""
+
+MOVED_ATTRIBUTES: dict[str, dict[str, str]] = {
+    "strands_slime.rollout": dict.fromkeys(
+        (
+            "generate",
+            "Episode",
+            "EpisodeOutcome",
+            "GC_THRESHOLDS",
+            "tune_gc_once",
+            "get_client",
+            "get_tokenizer",
+            "warm_up",
+            "reset_attempt",
+            "prepare_resume",
+            "SAMPLE_RESULT_FIELDS",
+            "RESUME_FIELDS",
+            "STICKY_ROUTER_POLICIES",
+        ),
+        "strands_slime.rollout.episode",
+    ),
+    "strands_slime.reward": dict.fromkeys(
+        (
+            "reward_func",
+            "preset_reward",
+            "compute_reward",
+            "reward_details",
+            "scoring_text",
+            "shape_reward",
+            "INFRA_FAILURE_REASON",
+        ),
+        "strands_slime.reward.dapo",
+    ),
+}
+"""The attributes of the packages that were modules -> the module that holds each now."""
+
+PACKAGES = {"strands_slime.math_answer"}
+"""Old package paths: a package of their own (their old submodules live under them) forwarding every name."""
 
 SLIME_DOTTED_PATHS = (
     "strands_slime.metrics.log_rollout",
@@ -48,7 +105,11 @@ def test_every_old_module_path_is_the_new_module_and_warns_once(old: str) -> Non
     _forget(old)
     with pytest.warns(DeprecationWarning, match=rf"{old} is deprecated .* use {MOVED[old]}$"):
         module = importlib.import_module(old)
-    assert module is importlib.import_module(MOVED[old]), "the same module object: no duplicated state"
+    new = importlib.import_module(MOVED[old])
+    if old in PACKAGES:
+        assert module.__all__ and all(getattr(module, name) is getattr(new, name) for name in new.__all__)
+    else:
+        assert module is new, "the same module object: no duplicated state"
     _forget(old)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -83,10 +144,37 @@ def test_attributes_of_modules_that_became_packages(package: str, name: str) -> 
 
 
 def test_a_name_that_never_existed_is_still_an_attribute_error() -> None:
+    import strands_slime.math_answer
     import strands_slime.rollout
 
     with pytest.raises(AttributeError, match="has no attribute 'no_such_thing'"):
         strands_slime.rollout.no_such_thing  # noqa: B018
+    with pytest.raises(AttributeError, match="has no attribute 'no_such_thing'"):
+        strands_slime.math_answer.no_such_thing  # noqa: B018
+
+
+def test_an_old_package_s_submodules_are_the_new_modules() -> None:
+    """Imported through the old package, a submodule is the current one, never a second copy."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import strands_slime.math_answer.verify as verify
+        from strands_slime.math_answer import judge
+
+    from strands_slime.reward import math_answer
+
+    assert judge is math_answer.judge and verify is math_answer.verify
+    assert not [name for name in sys.modules if name.startswith("strands_slime.math_answer.") and
+                sys.modules[name].__name__ == name], "no module runs twice under its old name"  # fmt: skip
+
+
+def test_importing_the_package_installs_nothing_in_the_import_system() -> None:
+    """No finder or hook of ours: the old paths are plain modules."""
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys; before = list(sys.meta_path), list(sys.path_hooks); "
+         "import strands_slime, strands_slime.metrics; assert (list(sys.meta_path), list(sys.path_hooks)) == before"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
 
 
 def test_submodules_of_the_packages_are_not_shadowed_by_the_forwarding() -> None:
@@ -94,6 +182,18 @@ def test_submodules_of_the_packages_are_not_shadowed_by_the_forwarding() -> None
 
     assert pacing.__name__ == "strands_slime.rollout.pacing"
     assert slime_compat.__name__ == "strands_slime.rollout.slime_compat"
+
+
+@pytest.mark.integration
+def test_the_warning_points_at_the_user_s_import_so_a_script_shows_it(tmp_path: Path) -> None:
+    script = tmp_path / "old_launcher.py"
+    script.write_text("import strands_slime.metrics\nfrom strands_slime.rollout import generate\n")
+    here = str(Path(strands_slime.__file__).parents[1])  # this checkout, first on the script's path
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 0, done.stderr
+    assert f"{script}:1: DeprecationWarning: strands_slime.metrics is deprecated" in done.stderr
+    assert f"{script}:2: DeprecationWarning: strands_slime.rollout.generate is deprecated" in done.stderr
 
 
 @pytest.mark.integration

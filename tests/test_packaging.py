@@ -228,3 +228,14 @@ def test_wheel_in_a_fresh_venv_runs_demo_and_scripted_server(tmp_path: Path) -> 
         text=True,
     )
     assert hf.returncode == 2 and "pip install 'strands-slime[devserver]'" in hf.stderr
+
+
+def test_the_training_install_lines_bring_the_fast_tokenizer() -> None:
+    """The rollout's CPU figures (docs/benchmarks.md) are with the fast-tokenizer extra: the install
+    lines a user copies for training bring it, so the path users install is the path measured."""
+    root = Path(__file__).resolve().parent.parent
+    for doc in ("README.md", "docs/training.md"):
+        lines = [
+            line for line in (root / doc).read_text().splitlines() if line.startswith("pip install -e '.[")
+        ]
+        assert lines and all("fast-tokenizer" in line.split("'")[1] for line in lines), (doc, lines)

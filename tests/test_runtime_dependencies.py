@@ -155,3 +155,20 @@ def test_a_dead_loops_session_is_closed_through_public_api(health_server: str) -
     noise = [w for w in caught if issubclass(w.category, (DeprecationWarning, RuntimeWarning))]
     noise += [w for w in caught if "Unclosed client session" in str(w.message)]
     assert not noise, [str(w.message) for w in noise]
+
+
+def test_a_compiled_template_the_public_path_cannot_check_is_not_used(
+    qwen3_tokenizer, monkeypatch, caplog
+) -> None:
+    """Nothing to compare with is not a match: the compiled form is used only once it is proven."""
+
+    def refuse(*args, **kwargs):
+        raise TypeError("apply_chat_template() got an unexpected keyword argument 'chat_template'")
+
+    monkeypatch.setattr(qwen3_tokenizer, "apply_chat_template", refuse)
+    with caplog.at_level(logging.WARNING, logger="strands_slime.provider.chat"):
+        templater = ChatTemplater(qwen3_tokenizer)
+    assert templater._compiled is None
+    assert "apply_chat_template raised TypeError" in caplog.text
+    with pytest.raises(TypeError, match="unexpected keyword argument"):  # and every render says why
+        templater.render(MESSAGES, TOOLS)

@@ -19,7 +19,8 @@ from strands_slime import generate
 from strands_slime.cli import RolloutOptions, slime_args
 from strands_slime.config import ConfigError
 from strands_slime.devserver import DevServer
-from strands_slime.provider.chat import get_templater
+from strands_slime.provider.chat import ChatTemplater, get_templater
+from strands_slime.provider.chat_families import UnsupportedChatTemplate
 from strands_slime.rollout.metrics import compute_rollout_metrics
 from strands_slime.rollout.slime_compat import Sample
 from strands_slime.runtime import get_runtime
@@ -206,6 +207,57 @@ def test_the_assistant_header_is_the_templates_own(qwen3_tokenizer: Any) -> None
     assert templater.ends_with_generation_prompt(templated + "<think>\n")  # thinking-only templates
     for plain in ("Answer as a helpful assistant", "Who is the assistant", "assistant\n", "<think>assistant"):
         assert not templater.ends_with_generation_prompt(plain), plain
+
+
+def _headless(template: str) -> str:
+    """The template with its generation prompt cut off: ``add_generation_prompt`` adds nothing."""
+    return template[: template.index("{%- if add_generation_prompt %}")]
+
+
+@pytest.mark.parametrize(
+    ("edit", "cause"),
+    [
+        (_headless, "no assistant header after the user turn"),
+        (
+            lambda t: "{{ raise_exception('three turns at least') }}" + t,
+            "TemplateError: three turns at least",
+        ),
+    ],
+)
+def test_cannot_tell_is_never_read_as_not_templated(qwen3_tokenizer: Any, edit: Any, cause: str) -> None:
+    """A template whose generation prompt cannot be read raises, naming why, instead of passing every
+    prompt as plain (which turned the guard off without a word)."""
+    templater = ChatTemplater(qwen3_tokenizer, chat_template=edit(qwen3_tokenizer.chat_template))
+    templated = "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    for text in (templated, "What is 2+3?"):
+        with pytest.raises(
+            UnsupportedChatTemplate, match="cannot read the chat template's generation prompt"
+        ) as info:
+            templater.ends_with_generation_prompt(text)
+        assert cause in str(info.value)
+
+
+async def test_a_template_the_guard_cannot_read_stops_the_job(
+    server: DevServer, qwen3_tokenizer: Any, tmp_path: Path
+) -> None:
+    path = tmp_path / "headless.jinja"
+    path.write_text(_headless(qwen3_tokenizer.chat_template))
+    args = make_args(server.url)
+    args.strands_slime["chat_template_path"] = str(path)
+    with pytest.raises(ConfigError, match="cannot read the chat template's generation prompt"):
+        await generate(args, Sample(prompt="What is 2+3?", label="5"), dict(PARAMS))
+    assert server.request_log == [], "no GPU time is spent on a misconfigured job"
+
+
+def test_the_guard_reads_deepseek_s_header_too() -> None:
+    """DeepSeek's render of a user turn always opens the assistant's: the header is what follows it."""
+    family_files = pytest.importorskip("family_files")
+    if family_files.package_data() is None:
+        pytest.skip(family_files.MISSING)
+    templater = ChatTemplater(family_files.tokenizer("deepseek_v4"))
+    assert templater.assistant_header == "<｜Assistant｜>"
+    assert templater.ends_with_generation_prompt(templater.render([{"role": "user", "content": "hi"}]))
+    assert not templater.ends_with_generation_prompt("Who spoke last, the user or the Assistant")
 
 
 async def test_a_plain_prompt_ending_in_assistant_runs(server: DevServer) -> None:

@@ -23,6 +23,7 @@ from typing import Any
 from strands_slime.provider.chat_families import (
     Appends,
     ChatFamily,
+    UnsupportedChatTemplate,
     resolve_chat_family,
     template_digest,
     token_id,
@@ -40,6 +41,8 @@ render whose other content is ours, so a message containing this text changes no
 OFFLOAD_CHARS = 2048
 """Texts longer than this are tokenized in the tokenizer's worker thread (≈1.6 µs/token here)."""
 
+_PROBE_TEXT = "probe-1f4e"
+"""A user turn's text no template writes otherwise (where the assistant header starts)."""
 _TRAILING_THINK = re.compile(rf"{re.escape(THINK_OPEN)}\s*(?:{re.escape(THINK_CLOSE)})?\s*\Z")
 """An empty or open thinking block at the end of a generation prompt (``enable_thinking`` on or off)."""
 _APPEND_PROBES: tuple[list[dict[str, Any]], ...] = (
@@ -249,8 +252,8 @@ class ChatTemplater:
                 tokenize=False,
                 **self.template_kwargs,
             )
-        except Exception:  # the public path cannot render the probe either: nothing to compare with
-            return True
+        except Exception as exc:  # nothing to compare with: not a match (the public path then fails loudly)
+            expected = f"<apply_chat_template raised {type(exc).__name__}: {exc}>"
         try:
             rendered = self._compiled.render(
                 messages=probe,
@@ -439,25 +442,40 @@ class ChatTemplater:
     @functools.cached_property
     def assistant_header(self) -> str:
         """The text the template's generation prompt opens an assistant turn with (before any
-        thinking block), e.g. ``<|im_start|>assistant`` for Qwen3; empty if it cannot be rendered."""
-        messages = [{"role": "user", "content": "x"}]
-        try:
-            closed = self.render(messages, add_generation_prompt=False)
-            opened = self.render(messages, add_generation_prompt=True)
-        except Exception:  # a template that needs more than one user message: no check possible
-            return ""
-        if not opened.startswith(closed):
-            return ""
-        return opened[len(closed) :].split(THINK_OPEN, 1)[0].strip()
+        thinking block), e.g. ``<|im_start|>assistant`` for Qwen3, ``<｜Assistant｜>`` for DeepSeek (whose
+        render of a user turn always opens the assistant's).
+
+        Raises:
+            UnsupportedChatTemplate: no render of a user turn (alone or after a system turn) shows it.
+        """
+        failures = []
+        user = {"role": "user", "content": _PROBE_TEXT}
+        for messages in ([user], [{"role": "system", "content": "s"}, user]):
+            try:
+                closed = self.render(messages, add_generation_prompt=False)
+                opened = self.render(messages, add_generation_prompt=True)
+            except Exception as exc:
+                failures.append(f"{type(exc).__name__}: {exc}")
+                continue
+            added = opened[len(closed) :] if opened.startswith(closed) and opened != closed else None
+            if added is None and _PROBE_TEXT in opened:  # what follows the user's turn, if anything does
+                added = opened[opened.rindex(_PROBE_TEXT) + len(_PROBE_TEXT) :].lstrip()
+                added = added.removeprefix(self.family.turn_end or "")
+            if header := (added or "").split(THINK_OPEN, 1)[0].strip():
+                return header
+            failures.append(f"no assistant header after the user turn ({closed[-30:]!r} -> {opened[-30:]!r})")
+        raise UnsupportedChatTemplate(
+            "cannot read the chat template's generation prompt from a render of a user turn "
+            f"({'; '.join(failures)}), so a prompt templated already (slime's --apply-chat-template) "
+            "cannot be told from a plain one: fix the template or pass chat_template="
+        )
 
     def ends_with_generation_prompt(self, text: str) -> bool:
         """True when ``text`` ends like a prompt this template rendered for generation: its assistant
         header, optionally followed by a thinking block the template opened or left empty. A plain
-        prompt that merely ends with the word "assistant" does not."""
-        header = self.assistant_header
-        if not header:
-            return False
-        return _TRAILING_THINK.sub("", text).rstrip().endswith(header)
+        prompt that merely ends with the word "assistant" does not. "Cannot tell" is never an answer:
+        :attr:`assistant_header` raises."""
+        return _TRAILING_THINK.sub("", text).rstrip().endswith(self.assistant_header)
 
     @staticmethod
     def prompt_opens_reasoning(prompt_text: str) -> bool:

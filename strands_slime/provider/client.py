@@ -377,24 +377,27 @@ _SEND_GUARD: contextvars.ContextVar[Callable[[], bool] | None] = contextvars.Con
 """The abort flag of the request the current task is sending (set around one attempt)."""
 
 
-class _GuardedRequest(aiohttp.ClientRequest):
-    """A request that is not written once its rollout was aborted.
+class _GuardedConnector(aiohttp.TCPConnector):
+    """A connector that hands out no connection once the requesting rollout was aborted.
 
     The attempt loop checks the flag before each attempt, but opening a connection takes a few loop
     iterations, and an abort cancels a large rollout's requests over several (:data:`ABORT_BATCH`
-    per iteration): the flag is read again here, after the connection is ready and before the first
-    byte goes out. aiohttp closes the unused connection when ``send`` raises."""
+    per iteration): the flag is read again here, once the connection is ready. ``ClientSession``
+    writes the request as soon as ``connect`` (the connectors' documented coroutine) returns, with no
+    await in between (``tests/test_client.py`` pins it), so an aborted request is never written."""
 
-    async def send(self, conn: Any) -> Any:
-        """Write the request unless the current attempt's abort flag is set.
+    async def connect(self, req: aiohttp.ClientRequest, *args: Any, **kwargs: Any) -> Any:
+        """A connection for ``req``, unless the current attempt's abort flag is set.
 
         Raises:
-            SGLangAbortedError: the rollout was aborted; nothing was written.
+            SGLangAbortedError: the rollout was aborted; the unused connection went back to the pool.
         """
+        connection = await super().connect(req, *args, **kwargs)
         check = _SEND_GUARD.get()
         if check is not None and check():
-            raise SGLangAbortedError(f"{self.method} {self.url} was not sent: the rollout was aborted")
-        return await super().send(conn)
+            connection.release()
+            raise SGLangAbortedError(f"{req.method} {req.url} was not sent: the rollout was aborted")
+        return connection
 
 
 async def _close_at_loop_shutdown(session: aiohttp.ClientSession) -> AsyncIterator[None]:
@@ -494,7 +497,7 @@ class SGLangClient:
         await self._forget_dead_loops()
         # The pool size is enforced by ``slots``; the connector never makes a request wait (its own
         # wait would count against aiohttp's deadlines). Request deadlines are ours (see _exchange).
-        connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300)
+        connector = _GuardedConnector(limit=0, limit_per_host=0, ttl_dns_cache=300)
         timeout = aiohttp.ClientTimeout(
             total=None, connect=None, sock_connect=self.connect_timeout, sock_read=None
         )
@@ -503,7 +506,6 @@ class SGLangClient:
             timeout=timeout,
             headers=self.headers,
             auto_decompress=True,
-            request_class=_GuardedRequest,
         )
         guard = _close_at_loop_shutdown(session)
         await guard.__anext__()

@@ -6,9 +6,16 @@ aggregates pass@k-style metrics over evaluation samples.
 
 from typing import Any
 
+_MOVED = ("reward_func", "preset_reward", "compute_reward", "reward_details", "scoring_text", "shape_reward",
+          "INFRA_FAILURE_REASON")  # fmt: skip
+
 
 def __getattr__(name: str) -> Any:
     """What ``strands_slime.reward`` held when it was a module (``reward_func``, ...), with a DeprecationWarning."""
-    from strands_slime._compat import moved_attribute
+    if name not in _MOVED:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from strands_slime._compat import warn_moved
+    from strands_slime.reward import dapo
 
-    return moved_attribute(__name__, name)
+    warn_moved(f"{__name__}.{name}", f"{dapo.__name__}.{name}")
+    return getattr(dapo, name)

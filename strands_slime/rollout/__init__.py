@@ -11,9 +11,17 @@ CLI). slime's dotted paths are ``strands_slime.generate`` and
 
 from typing import Any
 
+_MOVED = ("generate", "Episode", "EpisodeOutcome", "GC_THRESHOLDS", "tune_gc_once", "get_client", "get_tokenizer",
+          "warm_up", "reset_attempt", "prepare_resume", "SAMPLE_RESULT_FIELDS", "RESUME_FIELDS",
+          "STICKY_ROUTER_POLICIES")  # fmt: skip
+
 
 def __getattr__(name: str) -> Any:
     """What ``strands_slime.rollout`` held when it was a module (``generate``, ...), with a DeprecationWarning."""
-    from strands_slime._compat import moved_attribute
+    if name not in _MOVED:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from strands_slime._compat import warn_moved
+    from strands_slime.rollout import episode
 
-    return moved_attribute(__name__, name)
+    warn_moved(f"{__name__}.{name}", f"{episode.__name__}.{name}")
+    return getattr(episode, name)

@@ -1,0 +1,3 @@
+from strands_slime._compat import moved_module
+
+moved_module(__name__, "strands_slime.rollout.pacing")
