@@ -506,3 +506,30 @@ async def test_projected_input_tokens_are_exact_before_every_call(
     agent.add_hook(lambda event: projected.append(event.projected_input_tokens), BeforeModelCallEvent)
     await agent.invoke_async(PROMPT)
     assert projected == [len(entry["json"]["input_ids"]) for entry in server.request_log]
+
+
+async def test_a_hook_that_rewrites_a_tool_input_changes_what_runs_not_what_is_trained(
+    qwen3_tokenizer: Any, client: SGLangClient, server: DevServer
+) -> None:
+    """Decided and documented (docs/provider.md, "What is trained"): the trajectory holds what the model
+    sampled; a ``BeforeToolCallEvent`` hook that rewrites a call's input (a guard, a sanitizer) changes
+    what the tool runs and what ``agent.messages`` shows, not the trained tokens. The episode goes on
+    exactly, with no refusal, and the next prompt is the tool's result of the rewritten call."""
+    from strands.hooks import BeforeToolCallEvent
+
+    reference, _ = await reference_episode(qwen3_tokenizer, client, server)
+    model = SGLangModel(tokenizer=qwen3_tokenizer, client=client)
+    agent = make_agent(model)
+    rewritten: list[str] = []
+
+    def sanitize(event: BeforeToolCallEvent) -> None:
+        if not rewritten:
+            rewritten.append(event.tool_use["input"]["code"])
+            event.tool_use["input"] = {"code": "print( 1 )"}  # another text, the same result
+
+    agent.add_hook(sanitize, BeforeToolCallEvent)
+    await agent.invoke_async(PROMPT)
+    assert rewritten == ["print(1)"], "the hook saw the sampled call"
+    assert as_lists(model.trajectory) == as_lists(reference.trajectory), "the sampled tokens are trained"
+    first_call = next(b["toolUse"] for b in agent.messages[1]["content"] if "toolUse" in b)
+    assert first_call["input"] == {"code": "print( 1 )"}, "agent.messages shows the input that ran"

@@ -223,3 +223,27 @@ async def test_a_history_no_sglang_model_sampled_is_a_prompt(
         model.trajectory.token_ids[: model.trajectory.initial_prompt_length].tolist()
     )
     assert "A it is." in prompt and model.trajectory.num_outputs == 2
+
+
+async def test_a_sliding_window_after_a_session_restore_is_refused_naming_the_manager_and_the_fix(
+    qwen3_tokenizer: Any, client: SGLangClient, tmp_path: Path
+) -> None:
+    """One trajectory (no fan-out) cannot hold a history the window cut. After a session restore into a
+    new model the refusal still names the conversation manager and ``new_segment_on_context_change``
+    (the manager's count travels in the saved episode)."""
+
+    def windowed(model: SGLangModel) -> Agent:
+        window = SlidingWindowConversationManager(window_size=2)
+        return solver(model, conversation_manager=window, session_manager=sessions(tmp_path))
+
+    first = windowed(SGLangModel(tokenizer=qwen3_tokenizer, client=client))
+    await first.invoke_async("HELLO")
+    await first.invoke_async(
+        "HELLO again"
+    )  # four messages: the window cuts them to two, the session keeps that
+    restored = windowed(SGLangModel(tokenizer=qwen3_tokenizer, client=client))
+    assert len(restored.messages) == 2
+    with pytest.raises(Exception) as refused:
+        await restored.invoke_async(QUESTIONS[1])
+    message = str(refused.value)
+    assert "SlidingWindowConversationManager" in message and "new_segment_on_context_change=True" in message
