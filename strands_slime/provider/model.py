@@ -65,6 +65,7 @@ from strands_slime.provider.constraints import (
 )
 from strands_slime.provider.history import EpisodeHistory, OutputRecord, Verdict, output_signature
 from strands_slime.provider.plugin import TITOPlugin
+from strands_slime.provider.request_check import vocabulary_size
 from strands_slime.provider.saved_state import (
     MODEL_STATE_KEY,
     encode_closed,
@@ -999,6 +1000,8 @@ class SGLangModel(Model):
                     return_logprob=self.return_logprob,
                     routing_key=self.routing_key,
                     abort_check=abort_check,
+                    vocab_size=vocabulary_size(self.tokenizer),
+                    check_ids=slice(len(self.trajectory), None),  # the trajectory's ids went out before
                     **extra,
                 ),
                 params,
@@ -1071,6 +1074,7 @@ class SGLangModel(Model):
                 return_logprob=self.return_logprob,
                 routing_key=self.routing_key,
                 abort_check=self.abort_check,
+                vocab_size=vocabulary_size(self.tokenizer),
             ),
             params,
             len(ids),
