@@ -16,6 +16,7 @@ from strands.hooks import AfterModelCallEvent
 from strands.types.exceptions import MaxTokensReachedException
 from waiting import wait_until
 
+from benchmarks.fault_injection import inject_fault
 from strands_slime.devserver import DevServer, scripted_output_logprobs
 from strands_slime.errors import (
     ContextLimitExceeded,
@@ -534,7 +535,7 @@ async def test_model_call_cap(qwen3_tokenizer: Any, server_factory: Any) -> None
 
 async def test_503_burst_is_absorbed_by_the_client(qwen3_tokenizer: Any, server_factory: Any) -> None:
     server, client = await server_factory(THREE_TURNS)
-    server.inject_fault(status=503, count=3)
+    inject_fault(server, status=503, count=3)
     model = SGLangModel(tokenizer=qwen3_tokenizer, client=client)
     result = await make_agent(model).invoke_async("triangle")
     assert result.stop_reason == "end_turn" and model.trajectory.num_outputs == 3

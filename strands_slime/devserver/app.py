@@ -33,6 +33,7 @@ from strands_slime.devserver.control import (
     parse_body,
 )
 from strands_slime.devserver.hooks import Handler, TestHooks, dumps, json_body, json_reply, refusing
+from strands_slime.devserver.moved import moved
 from strands_slime.devserver.protocol import (
     ContextLimits,
     ParsedGenerate,
@@ -201,16 +202,16 @@ class DevServer:
         self.hooks.clear_request_log()
 
     def inject_fault(self, **fault: Any) -> None:
-        """Fail or delay the next ``/generate`` requests (:meth:`TestHooks.inject_fault`)."""
-        self.hooks.inject_fault(**fault)
+        """Deprecated: ``inject_fault(server, ...)`` from ``benchmarks/fault_injection.py``."""
+        moved("DevServer.inject_fault", "inject_fault")(self, **fault)
 
     def clear_faults(self) -> None:
-        """Drop the pending faults and the fault mix."""
-        self.hooks.clear_faults()
+        """Deprecated: ``clear_faults(server)`` from ``benchmarks/fault_injection.py``."""
+        moved("DevServer.clear_faults", "clear_faults")(self)
 
     def set_fault_mix(self, faults: list[dict[str, Any]], seed: int = 0) -> None:
-        """A seeded fault draw for every ``/generate`` request (:meth:`TestHooks.set_fault_mix`)."""
-        self.hooks.set_fault_mix(faults, seed)
+        """Deprecated: ``set_fault_mix(server, ...)`` from ``benchmarks/fault_injection.py``."""
+        moved("DevServer.set_fault_mix", "set_fault_mix")(self, faults, seed)
 
     def abort(self, rid: str | None = None, *, abort_all: bool = False) -> int:
         """Abort like ``POST /abort_request``; returns how many requests matched."""
