@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from helpers import think, tool_call
+from helpers import noncanonical_reply, think, tool_call
 from strands import Agent, tool
 from strands.agent.conversation_manager import NullConversationManager
 from strands.hooks import AfterModelCallEvent
@@ -209,7 +209,9 @@ async def test_parallel_results_follow_call_order(qwen3_tokenizer: Any, server_f
 
 async def test_noncanonical_output_ids_come_back_unchanged(qwen3_tokenizer: Any, server_factory: Any) -> None:
     text = "Hello world, photosynthesis happens.\n" + tool_call("print('hello')")
-    script = [{"match": "split", "replies": [{"text": text, "noncanonical": True}, "Answer: \\boxed{2}"]}]
+    script = [
+        {"match": "split", "replies": [noncanonical_reply(qwen3_tokenizer, text), "Answer: \\boxed{2}"]}
+    ]
     server, client = await server_factory(script)
     model = SGLangModel(tokenizer=qwen3_tokenizer, client=client)
     await make_agent(model).invoke_async("split words")
