@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 from waiting import wait_until_sync
 
+from benchmarks.devserver_runners import DevServerThread
 from benchmarks.fault_injection import clear_faults, inject_fault
 from strands_slime.cli import RolloutError, RolloutOptions, main, run_rollout
-from strands_slime.devserver import DevServerThread
 from strands_slime.wandb_log import TABLE_COLUMNS
 
 pytestmark = pytest.mark.integration

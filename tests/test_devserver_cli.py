@@ -10,9 +10,9 @@ import urllib.request
 
 import pytest
 
-from benchmarks.devserver_process import DevServerProcess
+from benchmarks.devserver_runners import DevServerProcess, DevServerThread
 from benchmarks.fault_injection import inject_fault
-from strands_slime.devserver import URL_LINE_PREFIX, DevServerThread, serve_main
+from strands_slime.devserver import URL_LINE_PREFIX, serve_main
 from strands_slime.provider.client import SGLangClient
 
 pytestmark = pytest.mark.integration

@@ -163,12 +163,13 @@ async def test_inject_fault_validates(server):
 
 async def test_the_old_names_warn_and_name_the_new_place() -> None:
     import strands_slime.devserver as devserver
-    from benchmarks import devserver_process, fault_injection
+    from benchmarks import devserver_runners, fault_injection
 
     for name, module in (
         ("Fault", fault_injection),
         ("FaultProxy", fault_injection),
-        ("DevServerProcess", devserver_process),
+        ("DevServerProcess", devserver_runners),
+        ("DevServerThread", devserver_runners),
     ):
         with pytest.warns(DeprecationWarning, match=r"moved out of the package to benchmarks/\w+\.py"):
             assert getattr(devserver, name) is getattr(module, name)

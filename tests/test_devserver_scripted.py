@@ -284,7 +284,7 @@ def test_scripted_server_does_not_import_torch():
 
     code = (
         "import sys\n"
-        "from strands_slime.devserver import DevServerThread\n"
+        "from benchmarks.devserver_runners import DevServerThread\n"
         "with DevServerThread('scripted') as server:\n"
         "    pass\n"
         "print('torch' in sys.modules)\n"

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from chromium import chromium, find_chromium
 
+from benchmarks.devserver_runners import DevServerThread
 from benchmarks.fault_injection import inject_fault
 from strands_slime.cli import RolloutOptions, main, run_rollout
-from strands_slime.devserver import DevServerThread
 from strands_slime.episode_metadata import EpisodeMetadata
 from strands_slime.rollout.run_summary import sample_overview
 from strands_slime.viewer import (

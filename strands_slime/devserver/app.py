@@ -9,6 +9,7 @@ its concept: request validation (``protocol``, ``validation``), scheduling and a
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import random
@@ -201,17 +202,11 @@ class DevServer:
         """Forget the logged requests."""
         self.hooks.clear_request_log()
 
-    def inject_fault(self, **fault: Any) -> None:
-        """Deprecated: ``inject_fault(server, ...)`` from ``benchmarks/fault_injection.py``."""
-        moved("DevServer.inject_fault", "inject_fault")(self, **fault)
-
-    def clear_faults(self) -> None:
-        """Deprecated: ``clear_faults(server)`` from ``benchmarks/fault_injection.py``."""
-        moved("DevServer.clear_faults", "clear_faults")(self)
-
-    def set_fault_mix(self, faults: list[dict[str, Any]], seed: int = 0) -> None:
-        """Deprecated: ``set_fault_mix(server, ...)`` from ``benchmarks/fault_injection.py``."""
-        moved("DevServer.set_fault_mix", "set_fault_mix")(self, faults, seed)
+    def __getattr__(self, name: str) -> Any:
+        """The deprecated ``inject_fault``, ``clear_faults`` and ``set_fault_mix`` (``benchmarks/``)."""
+        if name in ("inject_fault", "clear_faults", "set_fault_mix"):
+            return functools.partial(moved(f"DevServer.{name}", name), self)
+        raise AttributeError(f"'DevServer' object has no attribute {name!r}")
 
     def abort(self, rid: str | None = None, *, abort_all: bool = False) -> int:
         """Abort like ``POST /abort_request``; returns how many requests matched."""

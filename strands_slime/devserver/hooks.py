@@ -7,6 +7,7 @@ the package) is one.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
@@ -21,17 +22,16 @@ Reply = tuple[int, bytes]
 
 
 class HookPlugin(Protocol):
-    """Something put around every ``/generate`` answer, with ``/dev/`` routes of its own."""
+    """Put around every ``/generate`` answer (``around`` awaits ``answer()``, normally), with ``/dev/``
+    routes of its own (added when the server starts; a plugin added later serves in-process only)."""
 
     async def around(
         self, request: web.Request, entry: LoggedRequest, answer: Callable[[], Awaitable[Reply]]
     ) -> Reply | web.StreamResponse:
-        """Answer ``request`` (normally by awaiting ``answer()``); ``entry`` is its log entry."""
-        ...
+        """Answer ``request``; ``entry`` is its log entry."""
 
     def routes(self) -> list[web.RouteDef]:
-        """Routes added when the server starts (a plugin added later serves in-process only)."""
-        ...
+        """The plugin's ``/dev/`` routes."""
 
 
 def dumps(obj: Any) -> str:
@@ -122,7 +122,7 @@ class TestHooks:
             return status, body
 
         for plugin in reversed(self.plugins):
-            answer = _wrapped(plugin, request, entry, answer)
+            answer = functools.partial(plugin.around, request, entry, answer)  # type: ignore[assignment]
         try:
             reply = await answer()
         except ProtocolError as exc:  # a plugin's own error reply
@@ -145,12 +145,3 @@ class TestHooks:
 
     async def _handle_requests_clear(self, request: web.Request) -> web.Response:
         return json_reply({"cleared": self.log.clear()})
-
-
-def _wrapped(
-    plugin: HookPlugin, request: web.Request, entry: LoggedRequest, inner: Callable[[], Awaitable[Any]]
-) -> Callable[[], Awaitable[Any]]:
-    async def answer() -> Any:
-        return await plugin.around(request, entry, inner)
-
-    return answer

@@ -1,4 +1,4 @@
-"""Names that left the package: fault injection and the subprocess runner are test tools now
+"""Names that left the package: fault injection and the thread and subprocess runners are test tools now
 (``benchmarks/`` in the repository). The old names warn and, in a checkout, still work."""
 
 from __future__ import annotations
@@ -7,14 +7,10 @@ import importlib
 import warnings
 from typing import Any
 
-MOVED = {
-    "Fault": "benchmarks.fault_injection",
-    "FaultProxy": "benchmarks.fault_injection",
-    "inject_fault": "benchmarks.fault_injection",
-    "set_fault_mix": "benchmarks.fault_injection",
-    "clear_faults": "benchmarks.fault_injection",
-    "DevServerProcess": "benchmarks.devserver_process",
-}
+MOVED = dict.fromkeys(
+    ("Fault", "FaultProxy", "inject_fault", "set_fault_mix", "clear_faults"), "benchmarks.fault_injection"
+)
+MOVED |= dict.fromkeys(("DevServerProcess", "DevServerThread"), "benchmarks.devserver_runners")
 
 
 def moved(old: str, name: str) -> Any:
