@@ -299,7 +299,10 @@ def run_case(
     host: str = "127.0.0.1",
 ) -> dict[str, Any]:
     """A fresh server and this process's measurement (call it in a fresh process)."""
-    from strands_slime.devserver import DevServerProcess
+    try:
+        from benchmarks.devserver_runners import DevServerProcess
+    except ImportError:  # run as a script: benchmarks/ is on sys.path
+        from devserver_runners import DevServerProcess
     from strands_slime.provider.tokenizer import load_tokenizer
 
     load_tokenizer(None)  # slime's GenerateState has loaded it before any generate runs

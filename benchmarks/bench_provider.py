@@ -205,7 +205,7 @@ class Server:
     """The scripted dev server as a child process (pinned to the first CPU when there are two)."""
 
     def __init__(self, script: Path, *, latency: float = 0.0, request_log_size: int = 1) -> None:
-        from strands_slime.devserver import DevServerProcess
+        from benchmarks.devserver_runners import DevServerProcess
 
         self.process = DevServerProcess(
             [

@@ -158,7 +158,10 @@ async def measure(episodes: int, url: str, abort_after: float | None = None) -> 
 
 def run(episodes: int, cold_tokenizer: bool = False, abort_after: float | None = None) -> dict[str, Any]:
     """Measure in this process (call it in a fresh one: start-up work must be cold)."""
-    from strands_slime.devserver import DevServerProcess
+    try:
+        from benchmarks.devserver_runners import DevServerProcess
+    except ImportError:  # run as a script: benchmarks/ is on sys.path
+        from devserver_runners import DevServerProcess
     from strands_slime.provider.tokenizer import load_tokenizer
 
     if not cold_tokenizer:

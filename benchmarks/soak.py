@@ -7,7 +7,7 @@
         --concurrency 8 --step-size 20 --max-response-len 24 --request-timeout 15   # a real SGLang
 
 With ``--upstream`` the same fault mix, server aborts and kill/restart hit a real SGLang server (or
-router): a fault proxy (``strands_slime.devserver --upstream``) in a child process takes the dev
+router): a fault proxy (``benchmarks/fault_injection.py --upstream``) in a child process takes the dev
 server's place, and it is the proxy that is killed and restarted.
 
 Fault phase: episodes run in slime-like rollout steps (a fresh ``args`` per step, ``concurrency``
@@ -68,6 +68,9 @@ from strands_slime.rollout.offline import RolloutOptions, sampling_params, slime
 from strands_slime.rollout.slime_compat import Sample, status_name  # noqa: E402
 
 DOC_PATH = REPO_ROOT / "docs" / "soak.md"
+FAULT_SERVER = "benchmarks.fault_injection"
+"""The dev server (or a proxy in front of a real one) with the /dev/ fault hooks, run from the repository
+root in a child process."""
 STATUSES = ("completed", "truncated", "aborted", "failed")
 CONTEXT_ERROR = "The input (41234 tokens) is longer than the model's context length (40960 tokens)."
 
@@ -154,10 +157,10 @@ class ServerProcess:
         return f"http://127.0.0.1:{self.port}"
 
     async def start(self) -> None:
-        argv = [sys.executable, "-m", "strands_slime.devserver", "--backend", "scripted"]
+        argv = [sys.executable, "-m", FAULT_SERVER, "--backend", "scripted"]
         argv += ["--script", str(self.script_path), "--port", str(self.port), *self.extra]
         self.process = await asyncio.create_subprocess_exec(
-            *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL
+            *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL, cwd=REPO_ROOT
         )
         assert self.process.stdout is not None
         while True:

@@ -68,3 +68,31 @@ def processes_named(name: str) -> list[int]:
             except OSError:
                 continue
     return found
+
+
+IM_END = 151645
+
+
+def noncanonical_reply(tokenizer: Any, text: str) -> dict[str, Any]:
+    """A scripted ``{"token_ids": ...}`` reply that decodes to ``text`` (then ``<|im_end|>``) but is not
+    what BPE would choose, as a model may sample: each multi-byte token split in two vocabulary pieces
+    (longest valid prefix first), or into its byte-level characters.
+
+    Raises:
+        ValueError: ``text`` has nothing to split (every token a single byte or a special token).
+    """
+    canonical = tokenizer.encode(text, add_special_tokens=False)
+    vocab = tokenizer.get_vocab()
+    added = set(getattr(tokenizer, "added_tokens_decoder", {}) or {})
+    ids: list[int] = []
+    for tok in canonical:
+        piece = tokenizer.convert_ids_to_tokens(tok)
+        if tok in added or not isinstance(piece, str) or len(piece) < 2:
+            ids.append(tok)
+            continue
+        cuts = [(piece[:cut], piece[cut:]) for cut in range(len(piece) - 1, 0, -1)]
+        pair = next(([vocab[a], vocab[b]] for a, b in cuts if a in vocab and b in vocab), None)
+        ids.extend(pair or ([vocab[char] for char in piece] if all(c in vocab for c in piece) else [tok]))
+    if ids == canonical or tokenizer.decode(ids) != text:
+        raise ValueError(f"{text[:40]!r} has no non-canonical tokenization")
+    return {"token_ids": [*ids, IM_END]}

@@ -15,7 +15,7 @@ from aiohttp import web
 
 from benchmarks import bench_provider, plot, provider_driver, run_all
 from benchmarks import transcripts as transcript_data
-from strands_slime.devserver import DevServerThread
+from benchmarks.devserver_runners import DevServerThread
 from strands_slime.provider import client as client_module
 from strands_slime.provider.client import SGLangClient, SGLangDecodingError
 

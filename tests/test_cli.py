@@ -18,8 +18,9 @@ from typing import Any
 import pytest
 from waiting import wait_until_sync
 
+from benchmarks.devserver_runners import DevServerThread
+from benchmarks.fault_injection import clear_faults, inject_fault
 from strands_slime.cli import RolloutError, RolloutOptions, main, run_rollout
-from strands_slime.devserver import DevServerThread
 from strands_slime.wandb_log import TABLE_COLUMNS
 
 pytestmark = pytest.mark.integration
@@ -191,7 +192,7 @@ def test_a_run_where_samples_fail_exits_nonzero_with_one_line_per_reason(
     config = tmp_path / "config.yaml"
     config.write_text(NO_RETRIES)
     with DevServerThread("scripted", script=SCRIPT) as server:
-        server.inject_fault(status=500, count=1000, message="engine on fire")
+        inject_fault(server, status=500, count=1000, message="engine on fire")
         argv = ["rollout", "--data", str(DEMO), "--base-url", server.url, "--config", str(config)]
         code = main([*argv, "--out", str(tmp_path / "r")])
         captured = capsys.readouterr()
@@ -227,7 +228,7 @@ def test_an_unhealthy_server_is_shown_while_it_lasts(
     config.write_text(FAST_RETRIES)
     out = tmp_path / "r"
     with DevServerThread("scripted", script=SCRIPT) as server:
-        server.inject_fault(status=500, count=6, message="engine on fire")
+        inject_fault(server, status=500, count=6, message="engine on fire")
         argv = ["rollout", "--data", str(DEMO), "--base-url", server.url, "--config", str(config)]
         assert main([*argv, "--limit", "2", "--out", str(out)]) == 0
     err = capsys.readouterr().err
@@ -251,7 +252,7 @@ def test_a_server_that_fails_everything_stops_the_run_and_resume_runs_the_failed
     out = tmp_path / "r"
     samples = out / "samples.jsonl"
     with DevServerThread("scripted", script=SCRIPT) as server:
-        server.inject_fault(status=500, count=10_000, message="engine on fire")
+        inject_fault(server, status=500, count=10_000, message="engine on fire")
         argv = ["rollout", "--data", str(DEMO), "--base-url", server.url, "--config", str(config)]
         argv += ["--n-samples", "2", "--concurrency", "3", "--out", str(out)]
         assert main(argv) == 1
@@ -273,7 +274,7 @@ def test_a_server_that_fails_everything_stops_the_run_and_resume_runs_the_failed
         )
         assert (out / "report.html").is_file()
 
-        server.call(server.server.clear_faults)  # type: ignore[union-attr]
+        clear_faults(server)
         assert main([*argv, "--resume", "--quiet"]) == 0
     records = [json.loads(line) for line in samples.read_text().splitlines()]
     assert sorted((r["group_index"], r["sample_index"]) for r in records) == [
@@ -293,7 +294,7 @@ def test_a_server_failing_every_request_for_unhealthy_timeout_stops_the_run_and_
     config.write_text(FAST_RETRIES)
     out = tmp_path / "runs" / "r"
     with DevServerThread("scripted", script=SCRIPT) as server:
-        server.inject_fault(status=503, count=100_000, message="warming up")
+        inject_fault(server, status=503, count=100_000, message="warming up")
         argv = ["rollout", "--data", str(DEMO), "--base-url", server.url, "--config", str(config)]
         assert main([*argv, "--unhealthy-timeout", "1", "--out", str(out)]) == 1
     error = _lines_besides_the_progress_bar(capsys.readouterr().err)[-1]
@@ -438,7 +439,7 @@ def test_the_unhealthy_server_line_shows_while_the_run_waits_and_quiet_shows_not
     config = tmp_path / "config.yaml"
     config.write_text("strands_slime:\n  client:\n    retry_delay_s: 0.2\n    max_retry_delay_s: 0.5\n")
     with DevServerThread("scripted", script=SCRIPT) as server:
-        server.inject_fault(status=503, count=100_000, message="warming up")
+        inject_fault(server, status=503, count=100_000, message="warming up")
         argv = [sys.executable, "-m", "strands_slime.cli", "rollout", "--data", str(DEMO)]
         argv += ["--base-url", server.url, "--config", str(config)]
         run = _LiveStderr([*argv, "--limit", "2", "--out", str(tmp_path / "r")])
@@ -448,7 +449,7 @@ def test_the_unhealthy_server_line_shows_while_the_run_waits_and_quiet_shows_not
             )
             assert run.process.poll() is None, "shown while the run waits, not at its end"
             assert re.search(r"\d requests? retrying \(retry \d+ of 60\): HTTP 503 .*warming up", run.text)
-            server.call(server.server.clear_faults)  # type: ignore[union-attr]
+            clear_faults(server)
             assert run.finish(timeout=120) == 0, run.text[-3000:]
         finally:
             run.process.kill()
@@ -457,8 +458,8 @@ def test_the_unhealthy_server_line_shows_while_the_run_waits_and_quiet_shows_not
 
         # --quiet with an episode that fails after a tool round (its first reply passes, the second is
         # a 500), which Strands reports too: nothing on the terminal, the details in the log
-        server.inject_fault(delay_s=0.01, count=1)
-        server.inject_fault(status=500, count=1, message="engine on fire")
+        inject_fault(server, delay_s=0.01, count=1)
+        inject_fault(server, status=500, count=1, message="engine on fire")
         config.write_text(NO_RETRIES)
         quiet = subprocess.run(
             [*argv, "--limit", "1", "--out", str(tmp_path / "q"), "--quiet", "--max-failure-rate", "1"],
@@ -476,7 +477,7 @@ def test_quiet_stays_quiet_with_executor_workers_their_warnings_go_to_the_log(tm
     config = tmp_path / "config.yaml"
     config.write_text(NO_RETRIES + "  executor:\n    workers: 1\n    oversubscribe: true\n")
     with DevServerThread("scripted", script=SCRIPT) as server:
-        server.inject_fault(status=500, count=1, message="engine on fire")
+        inject_fault(server, status=500, count=1, message="engine on fire")
         argv = [sys.executable, "-m", "strands_slime.cli", "rollout", "--data", str(DEMO), "--limit", "2"]
         argv += ["--base-url", server.url, "--config", str(config), "--out", str(tmp_path / "r")]
         done = subprocess.run(

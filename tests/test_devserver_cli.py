@@ -10,7 +10,9 @@ import urllib.request
 
 import pytest
 
-from strands_slime.devserver import URL_LINE_PREFIX, DevServerProcess, DevServerThread, serve_main
+from benchmarks.devserver_runners import DevServerProcess, DevServerThread
+from benchmarks.fault_injection import inject_fault
+from strands_slime.devserver import URL_LINE_PREFIX, serve_main
 from strands_slime.provider.client import SGLangClient
 
 pytestmark = pytest.mark.integration
@@ -111,7 +113,7 @@ def test_hf_subprocess_starts_and_answers_a_1k_prompt():
 def test_thread_runner_for_sync_callers():
     with DevServerThread("scripted", script=[{"replies": ["threaded"]}]) as server:
         assert post_json(server.url + "/generate", {"input_ids": [4, 5]})["text"] == "threaded"
-        server.inject_fault(status=503)
+        inject_fault(server, status=503)
         with pytest.raises(urllib.error.HTTPError) as caught:
             post_json(server.url + "/generate", {"input_ids": [4, 5]})
         assert caught.value.code == 503

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 import torch
 
-from strands_slime.devserver import DevServer, DevServerThread, build_tiny_qwen3, full_forward_logprobs
+from benchmarks.devserver_runners import DevServerThread
+from strands_slime.devserver import DevServer, build_tiny_qwen3, full_forward_logprobs
 from strands_slime.provider.client import SGLangClient
 
 pytestmark = pytest.mark.slow

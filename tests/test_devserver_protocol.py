@@ -17,7 +17,6 @@ from strands_slime.devserver import DevServer, scripted_output_logprobs
 from strands_slime.provider.client import (
     SGLangBadRequestError,
     SGLangClient,
-    SGLangConnectionError,
     SGLangContextLengthError,
     SGLangHTTPError,
 )
@@ -984,58 +983,6 @@ async def test_request_log_is_bounded():
         for i in range(5):
             await post(srv, {"input_ids": [i + 1]})
         assert [entry["json"]["input_ids"] for entry in srv.request_log] == [[3], [4], [5]]
-
-
-async def test_fault_status_then_recovery(server):
-    status, body = await post(server, {"status": 503, "count": 2}, "/dev/faults")
-    assert status == 200 and body["pending"][0]["count"] == 2
-    async with SGLangClient(server.url, max_retries=3, retry_delay=0.01) as client:
-        response = await client.generate([1, 2, 3], {})
-    assert response.finish_reason.type == "stop"
-    assert [entry["status"] for entry in server.request_log] == [503, 503, 200]
-    assert (await get(server, "/dev/faults"))[1] == []
-
-
-async def test_fault_bodies_follow_sglang(server):
-    server.inject_fault(status=503)
-    status, body = await post(server, {"input_ids": [1]})
-    assert status == 503 and body["type"] == "503" and body["code"] == 503
-    server.inject_fault(status=400, message="bad thing")
-    assert await post(server, {"input_ids": [1]}) == (400, {"error": {"message": "bad thing"}})
-
-
-async def test_fault_drop_connection(server):
-    server.inject_fault(drop_connection=True)
-    async with SGLangClient(server.url, max_retries=0) as client:
-        with pytest.raises(SGLangConnectionError):
-            await client.generate([1, 2, 3], {})
-        assert (await client.generate([1, 2, 3], {})).finish_reason.type == "stop"
-    assert server.request_log[0]["status"] is None
-
-
-async def test_fault_delay(server):
-    server.inject_fault(delay_s=0.3)
-    loop = asyncio.get_running_loop()
-    started = loop.time()
-    status, _ = await post(server, {"input_ids": [1, 2, 3]})
-    assert status == 200 and loop.time() - started >= 0.3
-
-
-@pytest.mark.parametrize(
-    "spec",
-    [{"status": 200}, {"count": 0, "status": 503}, {"drop_connection": True, "status": 503}, {}, {"oops": 1}],
-)
-async def test_bad_fault_specs_are_rejected(server, spec):
-    status, body = await post(server, spec, "/dev/faults")
-    assert status == 400 and body["error"]["message"].startswith("bad fault:")
-    assert (await get(server, "/dev/faults"))[1] == []
-
-
-async def test_inject_fault_validates(server):
-    with pytest.raises(ValueError, match="status"):
-        server.inject_fault(status=200)
-    with pytest.raises(ValueError, match="needs status"):
-        server.inject_fault()
 
 
 async def test_http_errors_are_typed_by_the_client(server, client):

@@ -7,7 +7,8 @@ from collections.abc import AsyncIterator
 import aiohttp
 import pytest
 
-from strands_slime.devserver import DevServer, FaultProxy
+from benchmarks.fault_injection import FaultProxy, inject_fault
+from strands_slime.devserver import DevServer
 from strands_slime.provider.client import (
     SGLangClient,
     SGLangConnectionError,
@@ -30,10 +31,10 @@ async def test_forwards_records_and_injects_faults(upstream: DevServer) -> None:
         async with SGLangClient(proxy.url, max_retries=0) as client:
             reply = await client.generate([1, 2, 3], {"max_new_tokens": 8}, rid="one")
             assert reply.text == "Hi!"
-            proxy.inject_fault(status=503, count=1)
+            inject_fault(proxy, status=503, count=1)
             with pytest.raises(SGLangThrottledError, match="The request queue is full"):
                 await client.generate([1, 2, 3], {"max_new_tokens": 8})
-            proxy.inject_fault(status=500, count=1)
+            inject_fault(proxy, status=500, count=1)
             with pytest.raises(SGLangHTTPError):
                 await client.generate([1, 2, 3], {"max_new_tokens": 8})
             assert (await client.model_info())["model_path"], "other paths pass unchanged"
@@ -56,8 +57,8 @@ async def test_forwards_records_and_injects_faults(upstream: DevServer) -> None:
 
 async def test_cut_bodies_and_dropped_connections_reach_the_client(upstream: DevServer) -> None:
     async with FaultProxy(upstream.url) as proxy, SGLangClient(proxy.url, max_retries=0) as client:
-        proxy.inject_fault(cut_body="truncate", count=1)
-        proxy.inject_fault(drop_connection=True, count=1)
+        inject_fault(proxy, cut_body="truncate", count=1)
+        inject_fault(proxy, drop_connection=True, count=1)
         with pytest.raises(SGLangDecodingError):
             await client.generate([1, 2, 3], {"max_new_tokens": 8})
         with pytest.raises(SGLangConnectionError):

@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 import pytest
+from helpers import noncanonical_reply
 
 from strands_slime.devserver import (
     DevServer,
@@ -60,14 +61,12 @@ async def generate(script: Any, prompt: list[int], params: dict[str, Any] | None
         ([{"replies": [{"text": "a", "token_ids": [1]}]}], "exactly one of 'text' or 'token_ids'"),
         ([{"replies": [{"token_ids": [1, -2]}]}], "rules[0].replies[0].token_ids"),
         ([{"replies": [{"token_ids": []}]}], "rules[0].replies[0].token_ids"),
-        (
-            [{"replies": [{"text": "a", "noncanonical": "yes"}]}],
-            "replies[0].noncanonical: Input should be a valid boolean",
+        (  # the noncanonical convenience left the package: tests/helpers.noncanonical_reply builds the ids
+            [{"replies": [{"text": "a", "noncanonical": True}]}],
+            "rules[0].replies[0].noncanonical: Extra inputs are not permitted",
         ),
-        ([{"replies": [{"token_ids": [1], "noncanonical": True}]}], "only applies to text replies"),
         ([{"replies": [{"text": 5}]}], "rules[0].replies[0].text: Input should be a valid string"),
         ([{"replies": [7]}], "rules[0].replies[0]: Input should be a valid dictionary"),
-        ({"rules": [{"replies": ["a"]}], "noncanonical": 1}, "script.noncanonical"),
     ],
 )
 def test_bad_scripts_name_the_problem(obj, fragment):
@@ -78,10 +77,10 @@ def test_bad_scripts_name_the_problem(obj, fragment):
 
 def test_script_files(tmp_path):
     rules = [{"match": "x", "replies": ["one", {"token_ids": [1, 2]}]}]
-    (tmp_path / "s.json").write_text(json.dumps({"rules": rules, "noncanonical": True}))
+    (tmp_path / "s.json").write_text(json.dumps({"rules": rules}))
     (tmp_path / "s.yaml").write_text("- match: x\n  replies:\n    - one\n    - token_ids: [1, 2]\n")
     from_json, from_yaml = Script.load(tmp_path / "s.json"), Script.load(tmp_path / "s.yaml")
-    assert from_json.rules == from_yaml.rules and from_json.noncanonical and not from_yaml.noncanonical
+    assert from_json.rules == from_yaml.rules
     assert from_json.name == "s.json"
     (tmp_path / "bad.yaml").write_text("- match: [unclosed\n")
     with pytest.raises(ScriptError, match="cannot parse"):
@@ -160,29 +159,17 @@ async def test_text_reply_is_canonical_tokens_plus_eos(qwen3_tokenizer):
 
 async def test_noncanonical_reply_decodes_to_the_same_text(qwen3_tokenizer):
     text = "The answer is 42, obviously."
-    response = await generate([{"replies": [{"text": text, "noncanonical": True}]}], [1, 2])
+    response = await generate([{"replies": [noncanonical_reply(qwen3_tokenizer, text)]}], [1, 2])
     ids = response.output_ids[:-1]
-    assert response.output_ids[-1] == IM_END
+    assert response.output_ids[-1] == IM_END and response.finish_reason.raw == {
+        "type": "stop",
+        "matched": IM_END,
+    }
     assert qwen3_tokenizer.decode(ids) == text == response.text
     canonical = qwen3_tokenizer.encode(text, add_special_tokens=False)
     assert canonical != ids and len(ids) > len(canonical)
-
-
-async def test_script_wide_noncanonical_is_best_effort(qwen3_tokenizer):
-    script = {
-        "noncanonical": True,
-        "rules": [{"match": "A", "replies": ["Hello world"]}, {"replies": ["\n"]}],
-    }
-    split = await generate(script, chat(qwen3_tokenizer, "A"))
-    assert split.output_ids[:-1] != qwen3_tokenizer.encode("Hello world", add_special_tokens=False)
-    single = await generate(script, chat(qwen3_tokenizer, "B"))
-    assert single.output_ids == [198, IM_END]  # one byte: nothing to split, stays canonical
-
-
-async def test_noncanonical_impossible_for_explicit_reply():
-    with pytest.raises(ScriptError, match="no non-canonical tokenization"):
-        async with DevServer("scripted", script=[{"replies": [{"text": "a", "noncanonical": True}]}]):
-            pass
+    with pytest.raises(ValueError, match="no non-canonical tokenization"):
+        noncanonical_reply(qwen3_tokenizer, "\n")  # one byte: nothing to split
 
 
 async def test_token_ids_reply_is_verbatim_without_eos():
@@ -297,7 +284,7 @@ def test_scripted_server_does_not_import_torch():
 
     code = (
         "import sys\n"
-        "from strands_slime.devserver import DevServerThread\n"
+        "from benchmarks.devserver_runners import DevServerThread\n"
         "with DevServerThread('scripted') as server:\n"
         "    pass\n"
         "print('torch' in sys.modules)\n"

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import noncanonical_reply
 
 from strands_slime.cli import RolloutOptions, run_rollout
 from strands_slime.drift import audit, audit_trajectory
@@ -75,11 +76,13 @@ def test_reformatted_tool_call_is_template_drift(qwen3_tokenizer: Any) -> None:
 
 
 async def test_audit_over_a_rollout(tmp_path: Path) -> None:
+    from strands_slime.provider.tokenizer import load_tokenizer
+
     script = {
         "rules": [
             {
                 "match": "sum of the first 100",
-                "replies": [{"text": "<think>\nadd\n</think>\n\nThe sum is 5050.\n\nAnswer: \\boxed{5050}", "noncanonical": True}],
+                "replies": [noncanonical_reply(load_tokenizer(), "<think>\nadd\n</think>\n\nThe sum is 5050.\n\nAnswer: \\boxed{5050}")],
             },
             {"match": None, "replies": ["<think>\nhm\n</think>\n\nAnswer: \\boxed{1}"]},
         ]
@@ -99,8 +102,6 @@ async def test_audit_over_a_rollout(tmp_path: Path) -> None:
     await run_rollout(options)
     records = [json.loads(line) for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
     assert all("transcript" in r["metadata"] for r in records)
-    from strands_slime.provider.tokenizer import load_tokenizer
-
     report = audit(ChatTemplater(load_tokenizer()), records)
     assert report.trajectories == 5 and report.bpe_trajectories == 1
     assert "BPE round trip" in report.render_markdown()

@@ -23,10 +23,10 @@ from helpers import tool_call
 from test_executor import alive, comparable, executor_children
 from test_rollout import PARAMS, SCRIPT, make_args, new_sample
 
+from benchmarks.devserver_runners import DevServerThread
 from strands_slime import generate
 from strands_slime.cli import RolloutOptions, run_rollout
 from strands_slime.config import get_rollout_config
-from strands_slime.devserver import DevServerThread
 from strands_slime.rollout import executor
 from strands_slime.rollout.executor import shutdown_executors
 from strands_slime.rollout.slime_compat import Sample

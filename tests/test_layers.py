@@ -54,6 +54,10 @@ NAMES_FROM_DATA = {
     ("strands_slime.config", "_check_importable"): "the functions an eval config names (user code)",
     ("strands_slime.sandbox._zygote", "_preload"): "the modules a sandbox config preloads (numpy, sympy)",
     ("strands_slime.sandbox._zygote", "_set_up_paths"): "WORKER_MODULES: standard-library modules",
+    (
+        "strands_slime.devserver.moved",
+        "moved",
+    ): "MOVED: the repository's benchmarks/ modules, not the package's",
 }
 """Imports whose module name comes from data, never a name of this package: (module, function) -> why."""
 

@@ -9,13 +9,14 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from helpers import think, tool_call
+from helpers import noncanonical_reply, think, tool_call
 from strands import Agent, tool
 from strands.agent.conversation_manager import NullConversationManager
 from strands.hooks import AfterModelCallEvent
 from strands.types.exceptions import MaxTokensReachedException
 from waiting import wait_until
 
+from benchmarks.fault_injection import inject_fault
 from strands_slime.devserver import DevServer, scripted_output_logprobs
 from strands_slime.errors import (
     ContextLimitExceeded,
@@ -208,7 +209,9 @@ async def test_parallel_results_follow_call_order(qwen3_tokenizer: Any, server_f
 
 async def test_noncanonical_output_ids_come_back_unchanged(qwen3_tokenizer: Any, server_factory: Any) -> None:
     text = "Hello world, photosynthesis happens.\n" + tool_call("print('hello')")
-    script = [{"match": "split", "replies": [{"text": text, "noncanonical": True}, "Answer: \\boxed{2}"]}]
+    script = [
+        {"match": "split", "replies": [noncanonical_reply(qwen3_tokenizer, text), "Answer: \\boxed{2}"]}
+    ]
     server, client = await server_factory(script)
     model = SGLangModel(tokenizer=qwen3_tokenizer, client=client)
     await make_agent(model).invoke_async("split words")
@@ -534,7 +537,7 @@ async def test_model_call_cap(qwen3_tokenizer: Any, server_factory: Any) -> None
 
 async def test_503_burst_is_absorbed_by_the_client(qwen3_tokenizer: Any, server_factory: Any) -> None:
     server, client = await server_factory(THREE_TURNS)
-    server.inject_fault(status=503, count=3)
+    inject_fault(server, status=503, count=3)
     model = SGLangModel(tokenizer=qwen3_tokenizer, client=client)
     result = await make_agent(model).invoke_async("triangle")
     assert result.stop_reason == "end_turn" and model.trajectory.num_outputs == 3

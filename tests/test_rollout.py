@@ -15,6 +15,7 @@ import pytest
 from helpers import NAME_ITSELF, processes_named, solve_with_tool, think, tool_call
 from waiting import wait_until
 
+from benchmarks.fault_injection import inject_fault
 from strands_slime import generate
 from strands_slime.cli import RolloutOptions, slime_args
 from strands_slime.config import ConfigError
@@ -193,7 +194,7 @@ async def test_sandbox_timeout_is_a_tool_result(server: DevServer) -> None:
 
 
 async def test_503_burst_completes(server: DevServer) -> None:
-    server.inject_fault(status=503, count=3)
+    inject_fault(server, status=503, count=3)
     args = make_args(server.url)
     args.strands_slime = {"client": {"retry_delay_s": 0.01}, "sandbox": {"timeout_s": 2.0}}
     sample = await run(args, new_sample("What is seventeen times two?"))
@@ -355,7 +356,7 @@ async def test_many_concurrent_episodes(server: DevServer) -> None:
 @pytest.mark.slow  # 7 s
 async def test_abort_during_retries_returns_at_once_and_sends_nothing_more(server: DevServer) -> None:
     """The shipped retry policy (60 retries, backoff to 30 s) must not hold up slime's abort()."""
-    server.inject_fault(status=503, count=1000)
+    inject_fault(server, status=503, count=1000)
     aborted = threading.Event()
     args = make_args(server.url, abort_event=aborted)
     args.strands_slime = {"client": {"max_retries": 60, "retry_delay_s": 1.0, "max_retry_delay_s": 30.0}}
@@ -374,7 +375,7 @@ async def test_abort_during_retries_returns_at_once_and_sends_nothing_more(serve
 
 @pytest.mark.slow  # 5 s
 async def test_abort_while_the_server_is_silent_returns_at_once(server: DevServer) -> None:
-    server.inject_fault(delay_s=30.0, count=1)
+    inject_fault(server, delay_s=30.0, count=1)
     aborted = threading.Event()
     args = make_args(server.url, abort_event=aborted)
     task = asyncio.create_task(run(args, new_sample("plain")))
@@ -425,7 +426,7 @@ async def test_sample_without_output_gets_the_exact_prompt(server: DevServer) ->
     assert ok.status == Sample.Status.COMPLETED
     sent_ids = server.request_log[-1]["json"]["input_ids"]
 
-    server.inject_fault(status=500, count=10)  # the first request fails: no output at all
+    inject_fault(server, status=500, count=10)  # the first request fails: no output at all
     failing = make_args(server.url)
     failing.strands_slime = {"client": {"max_retries": 0}, "sandbox": {"timeout_s": 2.0}}  # same tool text
     failed = await run(failing, Sample(prompt=prompt, label="5"))
@@ -444,7 +445,7 @@ async def test_sample_without_output_gets_the_exact_prompt(server: DevServer) ->
 async def test_exhausted_retries_log_one_line_with_the_cause(
     server: DevServer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    server.inject_fault(status=503, count=100, message="The request queue is full.")
+    inject_fault(server, status=503, count=100, message="The request queue is full.")
     args = make_args(server.url)
     args.strands_slime = {"client": {"max_retries": 2, "retry_delay_s": 0.01}}
     with caplog.at_level(logging.WARNING):
@@ -466,7 +467,7 @@ async def test_a_server_that_never_answers_fails_the_sample_with_the_deadline(se
     args.strands_slime = {"client": {"first_byte_timeout_s": 0.5}, "sandbox": {"timeout_s": 2.0}}
     await run(args, new_sample("plain"))  # start-up (tokenizer, sandbox) is not what is timed here
     server.clear_request_log()
-    server.inject_fault(delay_s=60.0, count=5)  # accepts the request, then says nothing
+    inject_fault(server, delay_s=60.0, count=5)  # accepts the request, then says nothing
     start = time.monotonic()
     sample = await run(args, new_sample("plain"))
     assert time.monotonic() - start < 3

@@ -23,6 +23,7 @@ from test_slime_contract import as_plain, b64
 from test_slime_contract import episode as contract_episode
 from waiting import wait_until
 
+from benchmarks.fault_injection import inject_fault
 from strands_slime.devserver import DevServer
 from strands_slime.devserver.engine import MoEShape, routed_expert_ids
 from strands_slime.rollout.slime_compat import Sample as StandIn
@@ -278,7 +279,7 @@ async def test_top_p_replay_arrays_satisfy_training_conversion(make_args: Args, 
         "0.95",
         custom=WITH_TOOLS,
     )
-    engine.inject_fault(status=500, count=1)  # one sample is lost: it must still convert
+    inject_fault(engine, status=500, count=1)  # one sample is lost: it must still convert
     groups, _, _ = await rollout(args, data_source(args))
     samples = flatten(groups)
     assert sorted(s.status.name for s in samples) == ["COMPLETED", "FAILED"]
@@ -310,7 +311,7 @@ async def test_routed_experts_replay_across_turns(make_args: Args, engine: DevSe
         "1",
         custom=WITH_TOOLS,
     )
-    engine.inject_fault(status=500, count=1)  # a lost episode still carries well-formed routing rows
+    inject_fault(engine, status=500, count=1)  # a lost episode still carries well-formed routing rows
     groups, _, _ = await rollout(args, data_source(args))
     samples = flatten(groups)
     assert sorted(s.status.name for s in samples) == ["COMPLETED", "COMPLETED", "FAILED"]
@@ -360,7 +361,7 @@ async def test_log_reward_category_and_preset_rewards(make_args: Args, engine: D
         "--sglang-server-concurrency",
         "1",
     )
-    engine.inject_fault(status=500, count=1)
+    inject_fault(engine, status=500, count=1)
     groups, _, _ = await rollout(args, data_source(args))
     samples = flatten(groups)
     failed = [s for s in samples if s.status.name == "FAILED"]
@@ -381,7 +382,7 @@ async def test_group_rm_gives_removed_samples_their_preset(make_args: Args, engi
         [("PLAINQ", "5")], "--n-samples-per-prompt", "3", "--group-rm", "--sglang-server-concurrency", "1"
     )
     source = data_source(args)
-    engine.inject_fault(status=500, count=1)
+    inject_fault(engine, status=500, count=1)
     group = await generate_and_rm_group(
         args, source.get_samples(1)[0], dict(GenerateState(args).sampling_params)
     )
@@ -642,7 +643,7 @@ async def test_dynamic_sampling_replaces_groups_with_infra_failures(
         "--sglang-server-concurrency",
         "1",
     )
-    engine.inject_fault(status=500, count=2)  # the first group's two episodes (one engine slot: FIFO)
+    inject_fault(engine, status=500, count=2)  # the first group's two episodes (one engine slot: FIFO)
     groups, _, metrics = await rollout(args, data_source(args))
     kept = flatten(groups)
     assert [s.prompt[0]["content"] for s in kept] == ["WRONGQ"] * 2
@@ -656,7 +657,7 @@ async def test_recycled_failed_sample_is_scored_on_retry(make_args: Args, engine
     args = make_args([("PLAINQ", "5")], "--reward-key", "score")
     sample = data_source(args).get_samples(1)[0][0]
     params = dict(GenerateState(args).sampling_params)
-    engine.inject_fault(status=500, count=1)
+    inject_fault(engine, status=500, count=1)
     sample = await generate_and_rm(args, sample, dict(params))
     assert (
         sample.status.name == "FAILED" and sample.remove_sample and sample.reward["reason"] == "infra_failure"

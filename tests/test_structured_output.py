@@ -10,6 +10,7 @@ import json
 import re
 from collections.abc import AsyncIterator
 from enum import Enum
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -27,6 +28,7 @@ from strands_slime.provider.constraints import (
     output_model_schema,
     tool_call_ebnf,
     tool_choice_names,
+    unsupported_json_schema,
 )
 from strands_slime.provider.model import SGLangModel
 from strands_slime.provider.trajectory import mask_runs
@@ -346,6 +348,28 @@ async def test_scripted_reply_admitted_by_its_constraint(scripted: Any, params: 
         ({"ebnf": "root ::= "}, "x", "Failed to compile ebnf grammar: "),
         ({"regex": "a\u0000"}, "a", "Failed to compile regex grammar: Invalid regex: NUL bytes"),
         ({"structural_tag": "{}"}, "x", "does not implement structural_tag"),
+        (  # SGLang refuses what xgrammar would silently not enforce, with these words
+            {"json_schema": json.dumps({"type": "array", "uniqueItems": True})},
+            "[]",
+            "Failed to compile json grammar: JSON Schema at # is not supported by xgrammar: "
+            "keyword(s) uniqueItems would be ignored",
+        ),
+        (
+            {"json_schema": json.dumps({"properties": {"a/b": {"type": "string", "format": "path"}}})},
+            "{}",
+            "JSON Schema at #/properties/a~1b is not supported by xgrammar: string format 'path' is not implemented",
+        ),
+        (
+            {"json_schema": json.dumps({"type": "string", "pattern": "a+", "maxLength": 3})},
+            '"a"',
+            "JSON Schema at # is not supported by xgrammar: constraints pattern, minLength/maxLength cannot be "
+            "enforced together",
+        ),
+        (
+            {"json_schema": json.dumps({"anyOf": [{"type": "integer"}, {"not": {"const": 1}}]})},
+            "2",
+            "JSON Schema at #/anyOf/1 is not supported by xgrammar: keyword(s) not would be ignored",
+        ),
     ],
 )
 async def test_scripted_constraint_errors_are_400s(
@@ -442,3 +466,43 @@ async def test_deprecated_agent_structured_output_calls_the_provider(
     assert person == Person.model_validate(PERSON)
     assert "json_schema" in server.request_log[-1]["json"]["sampling_params"]
     assert model.trajectory.num_outputs == 1
+
+
+class Tagged(BaseModel):
+    """A ``set[...]`` field: pydantic's schema says ``uniqueItems``, which SGLang refuses."""
+
+    name: str
+    tags: set[str]
+    uniqueItems: int = Field(0, description="a property of that name stays")
+
+
+async def test_structured_output_with_a_set_field_sends_a_schema_sglang_accepts(
+    qwen3_tokenizer: Any, scripted: Any
+) -> None:
+    assert "uniqueItems" in json.dumps(Tagged.model_json_schema())
+    server, client = await scripted([{"replies": ['{"name": "x", "tags": ["a", "b", "a"]}']}])
+    model = SGLangModel(qwen3_tokenizer, client=client)
+    events = await collect(model.structured_output(Tagged, user("Tag it.")))
+    assert events[-1]["output"] == Tagged(name="x", tags={"a", "b"})  # the set removes the duplicate
+    sent = json.loads(server.request_log[-1]["json"]["sampling_params"]["json_schema"])
+    assert sent["properties"]["tags"] == {"items": {"type": "string"}, "title": "Tags", "type": "array"}
+    assert "uniqueItems" in sent["properties"]
+    assert unsupported_json_schema(sent) is None
+
+
+class Filed(BaseModel):
+    where: Path
+
+
+async def test_an_output_model_sglang_would_refuse_stops_before_the_request(
+    qwen3_tokenizer: Any, scripted: Any
+) -> None:
+    server, client = await scripted([{"replies": ['{"where": "/tmp"}']}])
+    model = SGLangModel(qwen3_tokenizer, client=client)
+    message = (
+        "SGLang would refuse the JSON schema of Filed: JSON Schema at #/properties/where is not supported by "
+        "xgrammar: string format 'path' is not implemented"
+    )
+    with pytest.raises(ConstraintError, match=re.escape(message)):
+        await collect(model.structured_output(Filed, user("Where?")))
+    assert server.request_log == [] and len(model.trajectory) == 0

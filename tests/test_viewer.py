@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 from chromium import chromium, find_chromium
 
+from benchmarks.devserver_runners import DevServerThread
+from benchmarks.fault_injection import inject_fault
 from strands_slime.cli import RolloutOptions, main, run_rollout
-from strands_slime.devserver import DevServerThread
 from strands_slime.episode_metadata import EpisodeMetadata
 from strands_slime.rollout.run_summary import sample_overview
 from strands_slime.viewer import (
@@ -59,7 +60,7 @@ def failing_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     config = out.parent / "no-retries.yaml"
     config.write_text("strands_slime:\n  client:\n    max_retries: 0\n")
     with DevServerThread("scripted", script=SCRIPT) as server:
-        server.inject_fault(status=500, count=4, message="engine on fire")
+        inject_fault(server, status=500, count=4, message="engine on fire")
         options = RolloutOptions(
             data=DEMO,
             out=out,

@@ -1,8 +1,8 @@
 """SGLang-compatible CPU dev server: the native ``/generate`` protocol on a laptop.
 
-``DevServer`` runs in-process (``async with``), ``DevServerThread`` in a background thread for sync
-callers, ``DevServerProcess`` as a child process; ``serve_main`` is the command line. ``FaultProxy`` puts the
-same ``/dev/`` test hooks (request log, faults) in front of a real SGLang server. Backends:
+``DevServer`` runs in-process (``async with``); ``serve_main`` is the command line (``strands-slime
+serve``). Fault injection (``Fault``, ``FaultProxy``) and the thread and subprocess runners
+(``DevServerThread``, ``DevServerProcess``) are test tools in ``benchmarks/`` now (the old names warn). Backends:
 ``scripted`` (deterministic replies from a :class:`Script`) and ``hf`` (a real transformers model on
 CPU; ``build_tiny_qwen3`` and ``full_forward_logprobs`` are exported for fidelity tests). Importing
 this package does not import torch.
@@ -23,11 +23,9 @@ from strands_slime.devserver.backends.scripted import (
     scripted_output_logprobs,
 )
 from strands_slime.devserver.cli import URL_LINE_PREFIX, serve_main
-from strands_slime.devserver.faults import Fault
 from strands_slime.devserver.hooks import TestHooks
+from strands_slime.devserver.moved import moved
 from strands_slime.devserver.protocol import ProtocolError, SamplingParams
-from strands_slime.devserver.proxy import FaultProxy
-from strands_slime.devserver.runners import DevServerProcess, DevServerThread
 
 _LAZY = {
     "build_tiny_qwen3": "strands_slime.devserver.backends.hf",
@@ -39,10 +37,6 @@ _LAZY = {
 __all__ = [
     "URL_LINE_PREFIX",
     "DevServer",
-    "DevServerProcess",
-    "DevServerThread",
-    "Fault",
-    "FaultProxy",
     "ProtocolError",
     "Reply",
     "Rule",
@@ -59,6 +53,8 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
+    if name in ("Fault", "FaultProxy", "DevServerProcess", "DevServerThread"):
+        return moved(f"strands_slime.devserver.{name}", name)
     if name in _LAZY:
         import importlib
 

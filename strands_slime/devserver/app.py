@@ -9,6 +9,7 @@ its concept: request validation (``protocol``, ``validation``), scheduling and a
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import random
@@ -33,6 +34,7 @@ from strands_slime.devserver.control import (
     parse_body,
 )
 from strands_slime.devserver.hooks import Handler, TestHooks, dumps, json_body, json_reply, refusing
+from strands_slime.devserver.moved import moved
 from strands_slime.devserver.protocol import (
     ContextLimits,
     ParsedGenerate,
@@ -200,17 +202,11 @@ class DevServer:
         """Forget the logged requests."""
         self.hooks.clear_request_log()
 
-    def inject_fault(self, **fault: Any) -> None:
-        """Fail or delay the next ``/generate`` requests (:meth:`TestHooks.inject_fault`)."""
-        self.hooks.inject_fault(**fault)
-
-    def clear_faults(self) -> None:
-        """Drop the pending faults and the fault mix."""
-        self.hooks.clear_faults()
-
-    def set_fault_mix(self, faults: list[dict[str, Any]], seed: int = 0) -> None:
-        """A seeded fault draw for every ``/generate`` request (:meth:`TestHooks.set_fault_mix`)."""
-        self.hooks.set_fault_mix(faults, seed)
+    def __getattr__(self, name: str) -> Any:
+        """The deprecated ``inject_fault``, ``clear_faults`` and ``set_fault_mix`` (``benchmarks/``)."""
+        if name in ("inject_fault", "clear_faults", "set_fault_mix"):
+            return functools.partial(moved(f"DevServer.{name}", name), self)
+        raise AttributeError(f"'DevServer' object has no attribute {name!r}")
 
     def abort(self, rid: str | None = None, *, abort_all: bool = False) -> int:
         """Abort like ``POST /abort_request``; returns how many requests matched."""

@@ -9,8 +9,12 @@ import logging
 import signal
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from strands_slime.usage import EXIT_USAGE, ArgumentParser, usage_error
+
+if TYPE_CHECKING:
+    from strands_slime.devserver.app import DevServer
 
 URL_LINE_PREFIX = "DEVSERVER_URL="
 """The line on stdout that carries the bound URL: ``DEVSERVER_URL=http://127.0.0.1:PORT``."""
@@ -113,31 +117,22 @@ def build_parser(prog: str = "python -m strands_slime.devserver") -> argparse.Ar
         action="store_true",
         help="json_schema constraints admit no free whitespace between JSON tokens (SGLang's flag)",
     )
-    parser.add_argument(
-        "--upstream",
-        default=None,
-        metavar="URL",
-        help="serve a fault proxy in front of this SGLang server or router instead (the /dev/ test hooks "
-        "on its /generate; the backend options are ignored)",
-    )
     parser.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"))
     return parser
 
 
-async def _serve(args: argparse.Namespace) -> int:
+def server_from_args(args: argparse.Namespace) -> DevServer:
+    """The :class:`DevServer` the parsed command line describes (not started)."""
     from strands_slime.devserver.app import DevServer
-    from strands_slime.devserver.proxy import FaultProxy
 
-    if args.upstream:
-        server: DevServer | FaultProxy = FaultProxy(
-            args.upstream, host=args.host, port=args.port, request_log_size=args.request_log_size
-        )
-        what = f"fault proxy in front of {args.upstream}"
-    else:
-        what = f"dev server ({args.backend} backend)"
-        options = {name: getattr(args, name) for name in SERVER_OPTIONS}
-        routed = args.routed_experts
-        server = DevServer(args.backend, routed_experts=tuple(routed) if routed else None, **options)
+    options = {name: getattr(args, name) for name in SERVER_OPTIONS}
+    routed = args.routed_experts
+    return DevServer(args.backend, routed_experts=tuple(routed) if routed else None, **options)
+
+
+async def serve_until_stopped(server: Any, what: str) -> int:
+    """Start ``server`` (anything with ``start``, ``stop`` and ``url``), print the URL line, serve until
+    SIGINT/SIGTERM, stop it; 0."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -146,11 +141,7 @@ async def _serve(args: argparse.Namespace) -> int:
     await server.start()
     try:
         print(f"{URL_LINE_PREFIX}{server.url}", flush=True)
-        print(
-            f"strands_slime {what} listening on {server.url}; Ctrl-C stops it",
-            file=sys.stderr,
-            flush=True,
-        )
+        print(f"{what} listening on {server.url}; Ctrl-C stops it", file=sys.stderr, flush=True)
         await stop.wait()
     finally:
         await server.stop()
@@ -172,7 +163,8 @@ def serve_main(argv: Sequence[str] | None = None, prog: str = "python -m strands
     from strands_slime.devserver.backends.scripted import ScriptError
 
     try:
-        return asyncio.run(_serve(args))
+        server = server_from_args(args)
+        return asyncio.run(serve_until_stopped(server, f"strands_slime dev server ({args.backend} backend)"))
     except KeyboardInterrupt:
         return 0
     except (ScriptError, FileNotFoundError, ValueError, OSError, ImportError) as exc:

@@ -4,8 +4,9 @@ One :class:`GrammarEngine` per server holds the tokenizer's xgrammar vocabulary 
 cache. Compiling runs on a worker thread; a grammar that does not compile is refused the way SGLang
 refuses it: a 400 ``{"error": {"message": "Failed to compile json grammar: ..."}}``. The ``hf``
 backend masks the logits with the matcher at every step; the ``scripted`` backend checks its reply
-against the same matcher and refuses a reply the grammar does not admit. Unlike SGLang, schemas using
-a feature xgrammar would not enforce (``uniqueItems``, ...) are not refused (docs/devserver.md).
+against the same matcher and refuses a reply the grammar does not admit. Like SGLang, a schema using a
+feature xgrammar would not enforce (``uniqueItems``, ...) is refused, with SGLang's message
+(``strands_slime.provider.constraints.unsupported_json_schema``, which structured output checks too).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from strands_slime.devserver.protocol import ProtocolError
+from strands_slime.provider.constraints import unsupported_json_schema
 
 if TYPE_CHECKING:
     from strands_slime.devserver.protocol import SamplingParams
@@ -104,7 +106,11 @@ class GrammarEngine:
         if key_type == "json":
             if text == ANY_JSON:
                 return compiler.compile_builtin_json_grammar()
-            json.loads(text)  # as SGLang, which parses the schema first: a malformed one gets json's message
+            # as SGLang: parsed first (a malformed schema gets json's message), then refused where
+            # xgrammar would silently not enforce a keyword
+            refused = unsupported_json_schema(json.loads(text))
+            if refused is not None:
+                raise ValueError(refused)
             return compiler.compile_json_schema(text, any_whitespace=self.json_any_whitespace)
         if key_type == "regex":
             return compiler.compile_regex(text)

@@ -1,32 +1,37 @@
-"""The ``/dev/`` test hooks SGLang does not have: the ``/generate`` request log and fault injection.
+"""The ``/dev/`` test hooks SGLang does not have: the ``/generate`` request log, and a place to plug more.
 
-One :class:`TestHooks` wraps whatever answers ``/generate``: the dev server's own engine, or a real
-SGLang server behind :class:`~strands_slime.devserver.proxy.FaultProxy`. Both then offer the same
-``GET/DELETE /dev/requests``, ``/dev/faults`` and ``/dev/fault_mix`` (docs/devserver.md, "Test hooks").
+One :class:`TestHooks` wraps whatever answers ``/generate`` (the dev server's engine). Its plugins wrap
+each answer: the fault injection the tests and the soak use (``benchmarks/fault_injection.py``, outside
+the package) is one.
 """
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import json
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 from aiohttp import web
 
-from strands_slime.devserver.faults import (
-    DroppedConnection,
-    Fault,
-    FaultMix,
-    FaultQueue,
-    apply_fault,
-    cut_reply,
-)
 from strands_slime.devserver.protocol import ProtocolError
-from strands_slime.devserver.request_log import RequestLog, redacted_headers
+from strands_slime.devserver.request_log import LoggedRequest, RequestLog, redacted_headers
 
 Reply = tuple[int, bytes]
 """An HTTP status and a JSON body."""
+
+
+class HookPlugin(Protocol):
+    """Put around every ``/generate`` answer (``around`` awaits ``answer()``, normally), with ``/dev/``
+    routes of its own (added when the server starts; a plugin added later serves in-process only)."""
+
+    async def around(
+        self, request: web.Request, entry: LoggedRequest, answer: Callable[[], Awaitable[Reply]]
+    ) -> Reply | web.StreamResponse:
+        """Answer ``request``; ``entry`` is its log entry."""
+
+    def routes(self) -> list[web.RouteDef]:
+        """The plugin's ``/dev/`` routes."""
 
 
 def dumps(obj: Any) -> str:
@@ -75,7 +80,7 @@ async def json_body(request: web.Request) -> Any:
 
 
 class TestHooks:
-    """The request log and the fault queue/mix around one ``/generate`` producer.
+    """The request log and the plugins around one ``/generate`` producer.
 
     ``record_replies`` also keeps each reply's body in the log (``"reply"``): what a proxy saw the
     server answer, for tests that compare a client's view with the server's."""
@@ -86,8 +91,8 @@ class TestHooks:
         if request_log_size < 1:
             raise ValueError(f"request_log_size must be >= 1, got {request_log_size}")
         self.log = RequestLog(request_log_size)
-        self.faults = FaultQueue()
         self.record_replies = record_replies
+        self.plugins: list[HookPlugin] = []
 
     @property
     def request_log(self) -> list[dict[str, Any]]:
@@ -98,61 +103,41 @@ class TestHooks:
         """Forget the logged requests."""
         self.log.clear()
 
-    def inject_fault(self, **spec: Any) -> None:
-        """Make the next ``count`` ``/generate`` requests fail (``status``, ``drop_connection``,
-        ``cut_body``) or wait ``delay_s`` (:class:`Fault` has the fields).
-
-        Raises:
-            ValueError: an invalid fault.
-        """
-        self.faults.add([Fault.from_obj(spec)])
-
-    def clear_faults(self) -> None:
-        """Drop the pending faults and the fault mix."""
-        self.faults.clear()
-
-    def set_fault_mix(self, faults: list[dict[str, Any]], seed: int = 0) -> None:
-        """From now on every ``/generate`` request draws a fault from ``faults`` (each with a ``weight``).
-
-        Raises:
-            ValueError: an invalid mix (see :class:`FaultMix`).
-        """
-        self.faults.mix = FaultMix(faults, seed)
-
     async def serve(
         self, request: web.Request, produce: Callable[[bytes], Awaitable[Reply]]
     ) -> web.StreamResponse:
-        """Log the request, apply the fault it draws, and answer with ``produce(raw_body)``."""
+        """Log the request and answer with ``produce(raw_body)``, through the plugins."""
         entry = self.log.add(redacted_headers(request))
-        try:
-            raw = await request.read()
-            self.log.set_body(entry, raw)
-            fault = self.faults.take()
-            if fault is not None:
-                entry.fault = fault.label()
-                await apply_fault(request, fault)
-            status, body = await produce(raw)
+        raw = await request.read()
+        self.log.set_body(entry, raw)
+
+        async def answer() -> Reply:
+            try:
+                status, body = await produce(raw)
+            except ProtocolError as exc:
+                status, body = exc.status, dumps(exc.body).encode()
             entry.status = status
             if self.record_replies:
                 entry.reply = body
-            if fault is not None and fault.cut_body is not None and status == 200:
-                return await cut_reply(request, body, fault.cut_body)
-            return web.Response(body=body, status=status, content_type="application/json")
-        except ProtocolError as exc:
+            return status, body
+
+        for plugin in reversed(self.plugins):
+            answer = functools.partial(plugin.around, request, entry, answer)  # type: ignore[assignment]
+        try:
+            reply = await answer()
+        except ProtocolError as exc:  # a plugin's own error reply
             entry.status = exc.status
             return error_reply(exc)
-        except DroppedConnection:
-            raise asyncio.CancelledError from None
+        if isinstance(reply, web.StreamResponse):
+            return reply
+        return web.Response(body=reply[1], status=reply[0], content_type="application/json")
 
     def routes(self) -> list[web.RouteDef]:
-        """``/dev/requests``, ``/dev/faults`` and ``/dev/fault_mix``."""
+        """``GET/DELETE /dev/requests``, and the plugins' routes."""
         return [
             web.get("/dev/requests", self._handle_requests),
             web.delete("/dev/requests", self._handle_requests_clear),
-            web.get("/dev/faults", self._handle_faults),
-            web.post("/dev/faults", refusing(self._handle_faults_add)),
-            web.delete("/dev/faults", self._handle_faults_clear),
-            web.post("/dev/fault_mix", refusing(self._handle_fault_mix)),
+            *(route for plugin in self.plugins for route in plugin.routes()),
         ]
 
     async def _handle_requests(self, request: web.Request) -> web.Response:
@@ -160,28 +145,3 @@ class TestHooks:
 
     async def _handle_requests_clear(self, request: web.Request) -> web.Response:
         return json_reply({"cleared": self.log.clear()})
-
-    async def _handle_faults(self, request: web.Request) -> web.Response:
-        return json_reply(self.faults.describe())
-
-    async def _handle_faults_add(self, request: web.Request) -> web.Response:
-        body = await json_body(request)
-        try:
-            self.faults.add([Fault.from_obj(item) for item in (body if isinstance(body, list) else [body])])
-        except ValueError as exc:
-            return error_reply(ProtocolError.value(f"bad fault: {exc}"))
-        return json_reply({"pending": self.faults.describe()})
-
-    async def _handle_faults_clear(self, request: web.Request) -> web.Response:
-        self.clear_faults()
-        return json_reply({"pending": []})
-
-    async def _handle_fault_mix(self, request: web.Request) -> web.Response:
-        body = await json_body(request)
-        try:
-            if not isinstance(body, dict) or type(body.get("seed", 0)) is not int:
-                raise ValueError('send {"faults": [...], "seed": N} with an integer seed')
-            self.set_fault_mix(body.get("faults"), body.get("seed", 0))
-        except ValueError as exc:
-            return error_reply(ProtocolError.value(f"bad fault mix: {exc}"))
-        return json_reply(self.faults.mix.describe() if self.faults.mix else {})

@@ -1,6 +1,6 @@
 """Parsing a ``/generate`` body into one prompt's request, with SGLang's limits and error bodies.
 
-Type errors are refused by pydantic (the wording is pydantic's, not SGLang's: the SGLang lane compares
+Type errors (strict JSON types, as SGLang's schema contract) are refused by pydantic (the wording is pydantic's, not SGLang's: the SGLang lane compares
 both servers' replies and docs/devserver.md lists the differences); the range checks of SGLang's
 ``SamplingParams.verify`` and its length limits keep SGLang's messages, which the client classifies.
 Batch requests and streaming are not emulated: a 400 names the field.
@@ -211,9 +211,10 @@ class SamplingParams(BaseModel):
 
 
 class GenerateReqInput(BaseModel):
-    """The top-level fields of ``/generate`` for one prompt; unknown keys are ignored like SGLang does."""
+    """The top-level fields of ``/generate`` for one prompt; unknown keys are ignored like SGLang does.
+    Strict, as SGLang's schema contract: ``1`` is no boolean, ``2.0`` and ``"3"`` are no integers."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True)
 
     text: str | None = None
     input_ids: list[int] | None = None

@@ -57,6 +57,7 @@ from strands_slime.provider.client_errors import (
     SGLangTimeoutError,
     classify_http_error,
 )
+from strands_slime.provider.request_check import InvalidRequestError, checked_payload, checked_token_ids
 
 __all__ = [  # the errors live in client_errors; importing them from here keeps working
     "ABORT_BATCH",
@@ -67,6 +68,7 @@ __all__ = [  # the errors live in client_errors; importing them from here keeps 
     "ROUTING_KEY_HEADER",
     "FinishReason",
     "GenerateResponse",
+    "InvalidRequestError",
     "RetryEvent",
     "SGLangAbortedError",
     "SGLangBadRequestError",
@@ -309,6 +311,10 @@ def _encode_token_ids(token_ids: Any) -> bytes:
     """Token ids (a list, or an ``array`` as a trajectory holds them) as JSON: orjson is ~15x faster on
     long int lists than the stdlib encoder, and encodes an array through a numpy view of its buffer
     without making a Python int of each id."""
+    if type(token_ids).__module__ == "numpy":  # an int64 array from request_check
+        if orjson is not None:
+            return orjson.dumps(token_ids, option=orjson.OPT_SERIALIZE_NUMPY)
+        token_ids = token_ids.tolist()
     if isinstance(token_ids, array.array):
         if orjson is not None:
             import numpy  # a dependency of the package; imported on first use only
@@ -731,13 +737,25 @@ class SGLangClient:
         rid: str | None = None,
         routing_key: str | None = None,
         abort_check: Callable[[], bool] | None = None,
+        vocab_size: int | None = None,
+        check_ids: slice | None = None,
         **extra: Any,
     ) -> GenerateResponse:
-        """Generate from token ids (a list or an ``array``). ``logprob_start_len`` is omitted by default
-        so the server returns output logprobs only and keeps its prefix cache (see the protocol notes).
-        ``abort_check``: see :meth:`request`."""
-        if not input_ids:
-            raise ValueError("input_ids cannot be empty")
+        """Generate from token ids (a list, an ``array`` or a numpy array). ``logprob_start_len`` is
+        omitted by default so the server returns output logprobs only and keeps its prefix cache (see
+        the protocol notes). ``abort_check``: see :meth:`request`.
+
+        Before anything is sent, ``input_ids[check_ids]`` (default: all of them) must be integers in
+        ``[0, vocab_size)`` (``>= 0`` without a ``vocab_size``): SGLang does not check them, and one
+        outside the embedding table crashes its scheduler. Numbers of another type (numpy scalars,
+        integral floats) are converted to the JSON type SGLang accepts (:mod:`.request_check`).
+
+        Raises:
+            InvalidRequestError: a bad id or a value of the wrong type; nothing was sent.
+        """
+        input_ids = checked_token_ids(input_ids, vocab_size, check_ids)
+        if not len(input_ids):
+            raise InvalidRequestError("input_ids cannot be empty")
         payload: dict[str, Any] = {
             "sampling_params": dict(sampling_params or {}),
             "return_logprob": return_logprob,
@@ -747,6 +765,7 @@ class SGLangClient:
         if rid is not None:
             payload["rid"] = rid
         payload.update(extra)
+        payload = checked_payload(payload)
         headers = {ROUTING_KEY_HEADER: routing_key} if routing_key else None
         # {"input_ids": [...], <the rest>}: the long id list gets the fast encoder.
         body = b'{"input_ids":' + _encode_token_ids(input_ids) + b"," + _encode_json(payload)[1:]

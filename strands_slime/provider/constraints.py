@@ -54,15 +54,115 @@ def _literal(text: str) -> str:
 
 
 def output_model_schema(output_model: Any) -> str:
-    """``sampling_params.json_schema`` for a pydantic model class.
+    """``sampling_params.json_schema`` for a pydantic model class, in a form SGLang accepts.
+
+    ``uniqueItems`` (what pydantic writes for a ``set[...]`` field) is left out: xgrammar cannot enforce
+    it, so SGLang refuses a schema with it, and the set field removes duplicates when the reply is
+    validated. Any other keyword SGLang's grammar backend refuses stops here, before the request.
 
     Raises:
-        ConstraintError: ``output_model`` has no ``model_json_schema`` (not a pydantic model class).
+        ConstraintError: ``output_model`` has no ``model_json_schema`` (not a pydantic model class), or
+            its schema uses a keyword SGLang refuses (the message is SGLang's).
     """
     schema_fn = getattr(output_model, "model_json_schema", None)
     if schema_fn is None:
         raise ConstraintError(f"structured output needs a pydantic model class, got {output_model!r}")
-    return json.dumps(schema_fn(), ensure_ascii=False)
+    schema = _without_unique_items(schema_fn())
+    refused = unsupported_json_schema(schema)
+    if refused is not None:
+        name = getattr(output_model, "__name__", repr(output_model))
+        raise ConstraintError(f"SGLang would refuse the JSON schema of {name}: {refused}")
+    return json.dumps(schema, ensure_ascii=False)
+
+
+def _without_unique_items(schema: Any, names: bool = False) -> Any:
+    """``schema`` less its ``uniqueItems`` keywords (``names``: the keys are property or definition names,
+    not keywords; instance values such as ``default`` are kept as they are)."""
+    if isinstance(schema, list):
+        return [_without_unique_items(value) for value in schema]
+    if not isinstance(schema, dict):
+        return schema
+    return {
+        key: value
+        if not names and key in _INSTANCE_VALUES
+        else _without_unique_items(value, not names and key in _SUBSCHEMA_MAPS)
+        for key, value in schema.items()
+        if names or key != "uniqueItems"
+    }
+
+
+_INSTANCE_VALUES = ("const", "default", "enum", "examples")
+
+
+XGRAMMAR_IGNORED_KEYWORDS = frozenset(
+    {"contains", "dependentRequired", "dependentSchemas", "else", "if", "maxContains", "minContains"}
+    | {"multipleOf", "not", "then", "uniqueItems"}
+)
+XGRAMMAR_STRING_FORMATS = frozenset(
+    {"date", "date-time", "duration", "email", "hostname", "ipv4", "ipv6", "json-pointer", "time"}
+    | {"relative-json-pointer", "uri", "uri-reference", "uri-template", "uuid"}
+)
+"""What SGLang 0.5.23 refuses in a ``json_schema`` (``validate_xgrammar_json_schema``): keywords xgrammar
+would silently not enforce, string formats it does not implement, and more than one of ``format``,
+``pattern`` and a length range on one string."""
+_ONE_SUBSCHEMA = ("additionalItems", "additionalProperties", "contains", "contentSchema", "else", "if")
+_ONE_SUBSCHEMA += ("items", "not", "propertyNames", "then", "unevaluatedItems", "unevaluatedProperties")
+_SUBSCHEMA_LISTS = ("allOf", "anyOf", "oneOf", "prefixItems")
+_SUBSCHEMA_MAPS = (
+    "$defs",
+    "definitions",
+    "dependentSchemas",
+    "patternProperties",
+    "properties",
+    "dependencies",
+)
+
+
+def _subschemas(schema: Any, pointer: str = "#") -> Any:
+    """Every (sub)schema of ``schema`` with its JSON pointer, parents first."""
+    if not isinstance(schema, dict):
+        return
+    yield schema, pointer
+    for key in _ONE_SUBSCHEMA:
+        child = schema.get(key)
+        children = enumerate(child) if key == "items" and isinstance(child, list) else [(None, child)]
+        for index, item in children:
+            yield from _subschemas(item, f"{pointer}/{key}" + ("" if index is None else f"/{index}"))
+    for key in _SUBSCHEMA_LISTS:
+        for index, item in enumerate(schema.get(key) if isinstance(schema.get(key), list) else []):
+            yield from _subschemas(item, f"{pointer}/{key}/{index}")
+    for key in _SUBSCHEMA_MAPS:
+        children = schema.get(key)
+        for name, item in children.items() if isinstance(children, dict) else []:
+            yield from _subschemas(item, f"{pointer}/{key}/{name.replace('~', '~0').replace('/', '~1')}")
+
+
+def unsupported_json_schema(schema: Any) -> str | None:
+    """Why SGLang (xgrammar backend) refuses ``schema`` (a decoded JSON schema), in its words; None when
+    it does not. The dev server answers such a ``json_schema`` as SGLang does."""
+    for node, pointer in _subschemas(schema):
+        where = f"JSON Schema at {pointer} is not supported by xgrammar"
+        ignored = sorted(XGRAMMAR_IGNORED_KEYWORDS.intersection(node))
+        if ignored:
+            return f"{where}: keyword(s) {', '.join(ignored)} would be ignored"
+        kind = node.get("type")
+        if not (kind is None or kind == "string" or (isinstance(kind, list) and "string" in kind)):
+            continue
+        if "format" in node and not (
+            isinstance(node["format"], str) and node["format"] in XGRAMMAR_STRING_FORMATS
+        ):
+            return f"{where}: string format {node['format']!r} is not implemented"
+        groups = [name for name, keys in _STRING_GROUPS if any(key in node for key in keys)]
+        if len(groups) > 1:
+            return f"{where}: constraints {', '.join(groups)} cannot be enforced together"
+    return None
+
+
+_STRING_GROUPS = (
+    ("format", ("format",)),
+    ("pattern", ("pattern",)),
+    ("minLength/maxLength", ("minLength", "maxLength")),
+)
 
 
 def tool_choice_names(

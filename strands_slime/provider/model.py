@@ -57,6 +57,7 @@ from strands_slime.provider.plugin import TITOPlugin, warn_without_plugin
 from strands_slime.provider.prompt import PromptRenderer, fingerprint, system_text, turn_prompt
 from strands_slime.provider.recorder import Lane, ModelStats, Recorder
 from strands_slime.provider.reply import Reply, ToolCallBook, reply_to, structured_value
+from strands_slime.provider.request_check import vocabulary_size
 from strands_slime.provider.saved_state import SavedEpisode
 from strands_slime.provider.tool_parsers import ToolParser, get_tool_parser
 from strands_slime.provider.trajectory import TokenTrajectory, token_array
@@ -379,6 +380,7 @@ class SGLangModel(Model):
                 delta + (cut[1].tolist() if cut is not None else [])
             )
             started = time.perf_counter()
+            extra["check_ids"] = slice(len(lane.trajectory), None)  # the trajectory's ids went out before
             response = await self._send(ids, params, abort_check, input_len, traced=True, **extra)
         except GenerationAborted:
             if cancelled is None or not cancelled():
@@ -457,7 +459,8 @@ class SGLangModel(Model):
             wiring.request_trace(params) if traced and wiring.request_trace is not None else nullcontext(None)
         )
         request = self.client.generate(
-            ids, params, return_logprob=wiring.return_logprob, routing_key=wiring.routing_key, abort_check=abort_check, **extra
+            ids, params, return_logprob=wiring.return_logprob, routing_key=wiring.routing_key, abort_check=abort_check,
+            vocab_size=vocabulary_size(self.tokenizer), **extra,
         )  # fmt: skip
         del ids
         try:

@@ -413,7 +413,9 @@ class Episode:
                 raise
             except Exception as exc:  # last line of defence: still a valid, removed sample
                 logger.exception("strands_slime could not fill the sample")
-                reason = f"{type(exc).__name__}: {exc}"
+                # an episode that already failed keeps its own error: the fill failed because of it
+                failed = self.outcome.status == "FAILED" and self.outcome.infra_error
+                reason = failed or f"{type(exc).__name__}: {exc}"
                 fill_dead(self.args, current, self.config, reason, self.evaluation, self.want_top_p)
                 write_keys(current.metadata, abort_detection=self.flag.source)
             write_keys(current.metadata, generate_seconds=round(time.perf_counter() - self.started, 6))

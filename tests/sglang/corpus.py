@@ -58,6 +58,11 @@ SAMPLING_VARIANTS: dict[str, dict[str, Any]] = {
     "bias-token": {"logit_bias": {"40": 100.0}},
     "stop-absent": {"stop": ["zzzz-never"]},
     "stop-ids-absent": {"stop_token_ids": [3]},
+    # a stop id that is not an end of sequence, and stop strings, that fire (the bias makes "I" = 40 sure)
+    "stop-ids-fire": {"logit_bias": {"40": 100.0}, "stop_token_ids": [40]},
+    "stop-ids-fire-no-trim": {"logit_bias": {"40": 100.0}, "stop_token_ids": [40], "no_stop_trim": True},
+    "stop-str-fire": {"logit_bias": {"40": 100.0}, "stop": ["II"]},
+    "stop-str-fire-no-trim": {"logit_bias": {"40": 100.0}, "stop": ["zz", "II"], "no_stop_trim": True},
     "no-skip-special": {"skip_special_tokens": False},
     "no-spaces-special": {"spaces_between_special_tokens": False},
     "no-stop-trim": {"no_stop_trim": True},
@@ -122,7 +127,13 @@ ERRORS: dict[str, dict[str, Any]] = {
     "e2-regex-int": {"input_ids": [1, 2], "sampling_params": {"regex": 5}},
     "e2-watermark-str": {"input_ids": [1, 2], "sampling_params": {"watermark": "x"}},
     "e2-return-logprob-str": {"input_ids": [1, 2], "return_logprob": "yes"},
-    "e2-sampling-params-list": {"input_ids": [1, 2], "sampling_params": [1]},
+    # numbers of another JSON type (numpy arrays through JSON give floats): no coercion
+    "e2-ids-float": {"input_ids": [9707.0, 11.0]},
+    "e2-ids-str": {"input_ids": ["9707", "11"]},
+    "e2-start-str": {"input_ids": [1, 2], "return_logprob": True, "logprob_start_len": "1"},
+    "e2-return-logprob-int": {"input_ids": [1, 2], "return_logprob": 1},
+    "e2-top-logprobs-float": {"input_ids": [1, 2], "return_logprob": True, "top_logprobs_num": 2.0},
+    "sampling-params-list": {"input_ids": [1, 2], "sampling_params": [1]},
     # E3: ValueError checks
     "no-prompt": {"sampling_params": {"max_new_tokens": 2}},
     "empty-ids": {"input_ids": []},
@@ -145,6 +156,22 @@ ERRORS: dict[str, dict[str, Any]] = {
     "json-unique-items": {
         "input_ids": [1, 2],
         "sampling_params": {"json_schema": json.dumps({"type": "array", "uniqueItems": True})},
+    },
+    "json-not": {
+        "input_ids": [1, 2],
+        "sampling_params": {
+            "json_schema": json.dumps({"anyOf": [{"type": "integer"}, {"not": {"const": 1}}]})
+        },
+    },
+    "json-format-unknown": {
+        "input_ids": [1, 2],
+        "sampling_params": {
+            "json_schema": json.dumps({"properties": {"p": {"type": "string", "format": "path"}}})
+        },
+    },
+    "json-pattern-and-length": {
+        "input_ids": [1, 2],
+        "sampling_params": {"json_schema": json.dumps({"type": "string", "pattern": "a+", "maxLength": 3})},
     },
     "too-many-stops": {"input_ids": [1, 2], "sampling_params": {"stop": [f"s{i}" for i in range(33)]}},
     "start-past-prompt": {"input_ids": [1, 2], "return_logprob": True, "logprob_start_len": 3},

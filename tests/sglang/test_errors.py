@@ -78,10 +78,15 @@ async def test_each_validation_stage_is_a_bad_request(client: SGLangClient) -> N
         ({"logprob_start_len": 10}, "is higher than the number of input tokens"),
     ]
     for extra, message in cases:
-        body = {"sampling_params": {"max_new_tokens": 4}, **extra}
+        body = {
+            "input_ids": [1, 2, 3],
+            "return_logprob": True,
+            "sampling_params": {"max_new_tokens": 4},
+            **extra,
+        }
         with pytest.raises(SGLangBadRequestError, match=re.escape(message)) as raised:
-            params = body.pop("sampling_params")
-            await client.generate([1, 2, 3], params, **body)
+            # raw: generate() itself refuses a wrongly typed value before sending (test_bad_ids.py)
+            await client.request("POST", "/generate", payload=body, max_retries=0)
         assert raised.value.status == 400 and not raised.value.retryable
         assert not isinstance(raised.value, SGLangContextLengthError), message
 

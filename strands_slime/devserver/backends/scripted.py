@@ -19,7 +19,6 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    StrictBool,
     StrictInt,
     StrictStr,
     ValidationError,
@@ -47,14 +46,13 @@ class ScriptError(ValueError):
 
 
 class Reply(BaseModel):
-    """One assistant reply: a text (EOS appended) or explicit token ids (used verbatim); a plain string
-    is a text. ``noncanonical`` None uses the script-wide setting."""
+    """One assistant reply: a text (EOS appended) or explicit token ids (used verbatim, e.g. a
+    non-canonical tokenization a model may sample); a plain string is a text."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     text: StrictStr | None = None
     token_ids: list[Annotated[StrictInt, Field(ge=0)]] | None = Field(None, min_length=1)
-    noncanonical: StrictBool | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -65,8 +63,6 @@ class Reply(BaseModel):
     def _one_kind(self) -> Reply:
         if (self.text is None) == (self.token_ids is None):
             raise ValueError("a reply needs exactly one of 'text' or 'token_ids'")
-        if self.token_ids is not None and self.noncanonical is not None:
-            raise ValueError("'noncanonical' only applies to text replies")
         return self
 
 
@@ -80,17 +76,16 @@ class Rule(BaseModel):
 
 
 class Script(BaseModel):
-    """Ordered rules plus the script-wide ``noncanonical`` default."""
+    """Ordered rules."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     rules: list[Rule] = Field(min_length=1)
-    noncanonical: StrictBool = False
     name: str = "inline"
 
     @classmethod
     def from_obj(cls, obj: Any, *, name: str = "inline") -> Script:
-        """Build from a list of rules or ``{"rules": [...], "noncanonical": bool}``.
+        """Build from a list of rules or ``{"rules": [...]}``.
 
         Raises:
             ScriptError: naming the place of the first problem (``rules[1].replies[0].token_ids: ...``).
@@ -144,40 +139,6 @@ class Script(BaseModel):
 
 
 # --------------------------------------------------------------------------- tokenization
-
-
-def noncanonical_ids(tokens: TokenizerWorker, text: str, vocab: dict[str, int]) -> list[int] | None:
-    """Token ids that decode to ``text`` but are not what BPE would choose, or None if impossible.
-
-    Each multi-byte token is split in two vocabulary pieces (longest valid prefix first), or into its
-    single byte-level characters when no two-piece split exists.
-    """
-    tokenizer = tokens.tokenizer
-    canonical = tokens.encode_sync(text)
-    added = set(getattr(tokenizer, "added_tokens_decoder", {}) or {})
-    split_any = False
-    result: list[int] = []
-    for tok in canonical:
-        piece = tokenizer.convert_ids_to_tokens(tok)
-        if tok in added or not isinstance(piece, str) or len(piece) < 2:
-            result.append(tok)
-            continue
-        pieces: list[int] | None = None
-        for cut in range(len(piece) - 1, 0, -1):
-            head, rest = piece[:cut], piece[cut:]
-            if head in vocab and rest in vocab:
-                pieces = [vocab[head], vocab[rest]]
-                break
-        if pieces is None:
-            if not all(char in vocab for char in piece):
-                result.append(tok)
-                continue
-            pieces = [vocab[char] for char in piece]
-        result.extend(pieces)
-        split_any = True
-    if not split_any or tokens.decode_sync(result) != text or tokens.encode_sync(text) == result:
-        return None
-    return result
 
 
 def prompt_key(prompt_ids: Sequence[int]) -> int:
@@ -245,35 +206,21 @@ class ScriptedBackend(Backend):
         self._continuations: collections.OrderedDict[int, _ScriptedState] = collections.OrderedDict()
 
     def _tokenize_replies(self) -> list[list[tuple[int, ...]]]:
-        vocab: dict[str, int] | None = None
         table: list[list[tuple[int, ...]]] = []
         for rule_index, rule in enumerate(self.script.rules):
             row = []
             for reply_index, reply in enumerate(rule.replies):
-                where = f"rules[{rule_index}].replies[{reply_index}]"
-                if reply.token_ids is not None:
-                    bad = [tok for tok in reply.token_ids if tok >= self.vocab_size]
-                    if bad:
-                        raise ScriptError(
-                            f"{where}.token_ids: ids {bad[:5]} are outside the vocabulary (size {self.vocab_size})"
-                        )
-                    row.append(tuple(reply.token_ids))
+                if reply.token_ids is None:
+                    assert reply.text is not None
+                    row.append((*self.tokens.encode_sync(reply.text), self.eos_token_id))
                     continue
-                assert reply.text is not None
-                ids = self.tokens.encode_sync(reply.text)
-                wanted = self.script.noncanonical if reply.noncanonical is None else reply.noncanonical
-                if wanted:
-                    if vocab is None:
-                        vocab = self.tokens.tokenizer.get_vocab()
-                    split = noncanonical_ids(self.tokens, reply.text, vocab)
-                    if split is not None:
-                        ids = split
-                    elif reply.noncanonical:
-                        raise ScriptError(
-                            f"{where}: text {reply.text[:40]!r} has no non-canonical tokenization "
-                            "(every token is a single byte or a special token)"
-                        )
-                row.append((*ids, self.eos_token_id))
+                bad = [tok for tok in reply.token_ids if tok >= self.vocab_size]
+                if bad:
+                    raise ScriptError(
+                        f"rules[{rule_index}].replies[{reply_index}].token_ids: ids {bad[:5]} are outside "
+                        f"the vocabulary (size {self.vocab_size})"
+                    )
+                row.append(tuple(reply.token_ids))
             table.append(row)
         return table
 

@@ -1,0 +1,33 @@
+"""Names that left the package: fault injection and the thread and subprocess runners are test tools now
+(``benchmarks/`` in the repository). The old names warn and, in a checkout, still work."""
+
+from __future__ import annotations
+
+import importlib
+import warnings
+from typing import Any
+
+MOVED = dict.fromkeys(
+    ("Fault", "FaultProxy", "inject_fault", "set_fault_mix", "clear_faults"), "benchmarks.fault_injection"
+)
+MOVED |= dict.fromkeys(("DevServerProcess", "DevServerThread"), "benchmarks.devserver_runners")
+
+
+def moved(old: str, name: str) -> Any:
+    """``name`` from its new module, with a :class:`DeprecationWarning` naming the place (``old`` is how
+    the caller reached it).
+
+    Raises:
+        ImportError: not run from a checkout of the repository (the new module is not installed).
+    """
+    where = MOVED[name]
+    place = f"{where.replace('.', '/')}.py in the strands-slime repository"
+    warnings.warn(
+        f"{old} moved out of the package to {place} ({where}.{name}); import it from there",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    try:
+        return getattr(importlib.import_module(where), name)
+    except ImportError as exc:
+        raise ImportError(f"{old} moved to {place}: run from a checkout of the repository") from exc
