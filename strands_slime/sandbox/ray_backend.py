@@ -28,7 +28,16 @@ import math
 import os
 from typing import Any, NamedTuple
 
-from strands_slime.ray_actors import actor_gone_errors, actor_options, death_reason, one_line
+from strands_slime.ray_actors import (
+    actor_gone_errors,
+    actor_options,
+    actor_unreachable_error,
+    cluster_rooms,
+    death_reason,
+    one_line,
+    pick_room,
+    pinned_to,
+)
 from strands_slime.sandbox.base import SandboxError, SandboxMisconfigured
 from strands_slime.sandbox.config import SandboxConfig
 from strands_slime.sandbox.result import ExecutionResult, ResultKind
@@ -66,6 +75,11 @@ class SandboxActor:
             "node_id": ray.get_runtime_context().get_node_id(),
             "pid": os.getpid(),
         }
+
+    async def watch(self) -> None:
+        """Never returns: the pending call fails when the actor dies, so the pool sees the death of an
+        idle actor and sends it no call."""
+        await asyncio.get_running_loop().create_future()
 
     async def execute(self, code: str, timeout_s: float, cpu_s: float) -> ExecutionResult:
         """One execution (the zygote kills it when this call is cancelled)."""
@@ -118,9 +132,27 @@ class RayBackend:
         return [ActorPlacement(m.node_id, m.pid, m.inflight) for m in self._members if m.dead is None]
 
     def _options(self) -> dict[str, Any]:
-        return actor_options(
-            self.config.ray_resources, self.config.ray_strategy, max_concurrency=MAX_CALLS_PER_ACTOR
-        )
+        """The actor's Ray options: on this process's node (``ray_same_node``), on the allowed node with
+        the most room (``ray_placement``), else where ``ray_strategy`` puts it; blocking."""
+        import ray
+
+        strategy: Any = self.config.ray_strategy
+        if self.config.ray_same_node:
+            strategy = pinned_to(ray.get_runtime_context().get_node_id())
+        elif self.config.ray_placement.constrained:
+            need = {name: amount for name, amount in self.config.ray_resources.items() if amount > 0}
+            rooms = cluster_rooms(ray)
+            room = pick_room(rooms, need, self.config.ray_placement)
+            if room is None:
+                where = "; ".join(
+                    f"{r.name}: {r.refusal(self.config.ray_placement) or f'room for {r.fits(need)}'}"
+                    for r in rooms
+                )
+                raise SandboxMisconfigured(
+                    f"sandbox.ray_placement: no node has room for a sandbox actor of {need} ({where})"
+                )
+            strategy = pinned_to(room.node_id)
+        return actor_options(self.config.ray_resources, strategy, max_concurrency=MAX_CALLS_PER_ACTOR)
 
     async def start(self) -> None:
         """Create and start every actor (once; concurrent callers share it). Raises ``SandboxError``."""
@@ -153,7 +185,8 @@ class RayBackend:
     async def _launch(self) -> _Member:
         import ray
 
-        member = _Member(self._actor_class.options(**self._options()).remote(self.config))
+        options = await asyncio.to_thread(self._options)
+        member = _Member(self._actor_class.options(**options).remote(self.config))
         try:
             info = await asyncio.wait_for(member.actor.start.remote(), self.config.start_timeout_s)
         except asyncio.TimeoutError:
@@ -172,7 +205,32 @@ class RayBackend:
             ray.kill(member.actor, no_restart=True)
             raise SandboxError("the sandbox was closed during its start-up")
         self._members.append(member)
+        self._watch(member)
         return member
+
+    def _watch(self, member: _Member) -> None:
+        """Hold the actor's ``watch`` call: its failure is the actor's death, seen with no call in flight."""
+        loop = asyncio.get_running_loop()
+        ref = member.actor.watch.remote()
+
+        def arrived(done: Any) -> None:  # in Ray's thread
+            with contextlib.suppress(RuntimeError):  # the loop is closed
+                loop.call_soon_threadsafe(self._watched, member, done)
+
+        ref.future().add_done_callback(arrived)
+
+    def _watched(self, member: _Member, done: Any) -> None:
+        import ray
+
+        try:
+            done.result()
+        except actor_unreachable_error(ray):  # maybe only for now: watch again
+            if member.dead is None and not self._closed:
+                self._watch(member)
+        except actor_gone_errors(ray) as exc:
+            self._lost(member, death_reason(exc))
+        except Exception as exc:
+            self._lost(member, f"Ray: {type(exc).__name__}: {one_line(exc, 200)}")
 
     async def _pick(self) -> _Member | None:
         while not self._closed:
@@ -207,7 +265,8 @@ class RayBackend:
             raise
         except actor_gone_errors(ray) as exc:
             reason = death_reason(exc)
-            self._lost(member, reason)
+            if not isinstance(exc, actor_unreachable_error(ray)):
+                self._lost(member, reason)  # unreachable only: its watch says whether it died
             elapsed = asyncio.get_running_loop().time() - started
             return ExecutionResult.failure(ResultKind.INFRA, f"sandbox actor died ({reason})", elapsed)
         finally:
@@ -217,7 +276,8 @@ class RayBackend:
         if member.dead is not None or self._closed:
             return
         member.dead = reason
-        self._members.remove(member)
+        if member in self._members:
+            self._members.remove(member)
         with contextlib.suppress(Exception):  # unreachable may not mean dead: it must not go on
             import ray
 
