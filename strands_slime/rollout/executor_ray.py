@@ -10,9 +10,12 @@ executor's own (:mod:`strands_slime.rollout.executor`).
 
 * **Placement.** Each actor asks for ``resources`` (``CPU`` becomes ``num_cpus``, ``memory`` bytes,
   any other name a custom resource: start CPU-only nodes with ``ray start --resources
-  '{"rollout_cpu": 16}'`` and ask for ``{rollout_cpu: 1}`` to keep episodes there) and is placed with
-  ``strategy`` (``SPREAD`` by default: over every node with room, GPU nodes' spare cores and CPU-only
-  nodes alike). A replacement is placed the same way, on whatever node still has room.
+  '{"rollout_cpu": 16}'`` and ask for ``{rollout_cpu: 1}`` to keep episodes there). Without
+  ``placement`` it is placed with ``strategy`` (``SPREAD`` by default). With ``placement``
+  (``node_labels``, ``avoid_head``) or ``sandbox.ray_same_node`` the executor pins each actor to a node
+  it chose (:func:`plan_placement` at start-up, the allowed node with the most room for a replacement).
+  Either way the start-up places every episode actor and the sandbox's actors node by node on what is
+  free, and says in one line what does not fit where.
 * **Aborts.** Abort changes go to every actor through a separate concurrency group (its own thread
   and event loop), so they never queue behind episodes; the flag is a ``threading.Event`` the episodes'
   checks read. Ray does not keep the order of an async actor's calls, so every change and every episode
@@ -22,11 +25,15 @@ executor's own (:mod:`strands_slime.rollout.executor`).
   actor (its process killed, its node lost) fails every pending call with ``ActorDiedError``; each
   actor also holds one call that never returns (``watch``), so a death is seen even with nothing in
   flight. The executor then fails exactly that actor's episodes and starts a replacement.
+* **Bounded waits.** A ready actor gets a heartbeat every ``actor_timeout_s / 5``; one that answers
+  nothing for ``actor_timeout_s`` (a hung or partitioned node, which Ray declares dead only after about
+  a minute) is declared dead with a reason that says so (:class:`RayLink`). ``ActorUnavailableError``
+  (maybe transient) is retried, not a death.
 * **Lifetime.** The actors are owned by slime's rollout process (not detached): they die with it.
   ``close()`` kills them with ``ray.kill`` and returns once Ray reports them dead.
 * **Misconfiguration** is one :class:`ConfigError` line before any worker starts: no ``ray`` module,
   no cluster connection (outside slime, ``address`` connects, e.g. ``auto``), a resource no node has,
-  or fewer free resources than ``workers`` actors need.
+  or actors that do not fit the free resources node by node.
 
 The actor class names the worker module by string (as the local backend runs ``python -m
 strands_slime.rollout.executor_worker``): the worker imports the episode, which imports the
@@ -251,7 +258,7 @@ class RayLink:
     def _transient(self, call: _Call, exc: BaseException) -> None:
         """A call failed with ``ActorUnavailableError``: the actor may be alive; its fate is decided by
         the next answer or by ``timeout_s`` of silence (:meth:`_beat`)."""
-        self._unreachable = f"{type(exc).__name__}: {one_line(exc, 160)}"
+        self._unreachable = f"ActorUnavailableError: {one_line(exc, 160)}"
         if call.kind == "watch":
             self._track(self.actor.watch.options(concurrency_group=CONTROL_GROUP).remote(), call)
         elif call.kind in _CONTROL_KINDS and call.payload is not None:
@@ -313,6 +320,10 @@ class RayLink:
         """``ray.kill`` without restart; returns at once."""
         import ray
 
+        if (
+            not ray.is_initialized()
+        ):  # the connection is gone, and the actors with it (ray.kill would start Ray)
+            return
         with contextlib.suppress(Exception):
             ray.kill(self.actor, no_restart=True)
 

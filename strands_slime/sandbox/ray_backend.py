@@ -14,7 +14,13 @@ episodes, like any shared sandbox: slime's rollout process, or each Ray episode 
   (``ray.cancel``), which kills the execution's process in the actor's zygote.
 * **Failures.** An actor that dies (its process, its node) turns its calls in flight into ``INFRA``
   results that say so (the episode counts a sandbox failure, as for a broken zygote) and is replaced
-  in the background; calls go to the other actors meanwhile.
+  in the background; calls go to the other actors meanwhile. Each actor holds a ``watch`` call, so an
+  idle actor's death is seen too and it gets no call. A call is bounded: an actor that has not answered
+  :data:`ANSWER_GRACE_S` after the execution's own timeout (a hung or unreachable node) is taken for
+  lost the same way. ``ActorUnavailableError`` (maybe transient) fails that call only.
+* **Placement.** ``ray_same_node`` pins every actor to the node of the process that owns the pool
+  (each episode actor's own node); ``ray_placement`` (``node_labels``, ``avoid_head``) pins each to the
+  allowed node with the most room; otherwise ``ray_strategy`` places them.
 * **Misconfiguration** (no ``ray`` module, no cluster connection, actors that do not start within
   ``start_timeout_s``) fails :meth:`RayBackend.start` with :class:`SandboxMisconfigured`.
 """
@@ -48,6 +54,10 @@ logger = logging.getLogger(__name__)
 MAX_CALLS_PER_ACTOR = 100_000
 """The actor's ``max_concurrency`` for Ray: its own semaphore bounds the executions."""
 _MAX_RESTART_DELAY_S = 30.0
+_REWATCH_DELAY_S = 1.0
+ANSWER_GRACE_S = 10.0
+"""How much longer than the execution's own timeout a sandbox actor may take to answer before it is
+taken for lost (a hung or unreachable node: the call becomes an ``INFRA`` result, the actor is replaced)."""
 
 
 def actor_concurrency(config: SandboxConfig) -> int:
@@ -224,13 +234,17 @@ class RayBackend:
 
         try:
             done.result()
-        except actor_unreachable_error(ray):  # maybe only for now: watch again
+        except actor_unreachable_error(ray):  # maybe only for now: watch again, in a second
             if member.dead is None and not self._closed:
-                self._watch(member)
+                asyncio.get_running_loop().call_later(_REWATCH_DELAY_S, self._rewatch, member)
         except actor_gone_errors(ray) as exc:
             self._lost(member, death_reason(exc))
         except Exception as exc:
             self._lost(member, f"Ray: {type(exc).__name__}: {one_line(exc, 200)}")
+
+    def _rewatch(self, member: _Member) -> None:
+        if member.dead is None and not self._closed:
+            self._watch(member)
 
     async def _pick(self) -> _Member | None:
         while not self._closed:
@@ -256,18 +270,30 @@ class RayBackend:
         member = await self._pick()
         if member is None:
             return ExecutionResult.failure(ResultKind.INFRA, "no sandbox actor alive")
+        # the zygote ends every execution at timeout_s; calls queued behind the actor's own limit wait
+        # their turn: an actor that answers later than that is on a hung or unreachable node
+        deadline = timeout_s * (1 + member.inflight // actor_concurrency(self.config)) + ANSWER_GRACE_S
         member.inflight += 1
         ref = member.actor.execute.remote(code, timeout_s, cpu_s)
         try:
-            return await ref
+            return await asyncio.wait_for(asyncio.wrap_future(ref.future()), deadline)
         except asyncio.CancelledError:
             ray.cancel(ref)
             raise
+        except asyncio.TimeoutError:
+            ray.cancel(ref)
+            reason = f"no answer within {deadline:g} s: its node is hung or unreachable"
+            self._lost(member, reason)
+            elapsed = asyncio.get_running_loop().time() - started
+            return ExecutionResult.failure(ResultKind.INFRA, f"sandbox actor lost ({reason})", elapsed)
         except actor_gone_errors(ray) as exc:
             reason = death_reason(exc)
-            if not isinstance(exc, actor_unreachable_error(ray)):
-                self._lost(member, reason)  # unreachable only: its watch says whether it died
             elapsed = asyncio.get_running_loop().time() - started
+            if isinstance(exc, actor_unreachable_error(ray)):  # maybe alive: its watch says whether it died
+                return ExecutionResult.failure(
+                    ResultKind.INFRA, f"sandbox actor unreachable ({reason})", elapsed
+                )
+            self._lost(member, reason)
             return ExecutionResult.failure(ResultKind.INFRA, f"sandbox actor died ({reason})", elapsed)
         finally:
             member.inflight -= 1
