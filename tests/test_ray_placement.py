@@ -8,7 +8,7 @@ from pydantic import ValidationError
 
 from strands_slime.config import ConfigError, RolloutConfig
 from strands_slime.ray_actors import NodeRoom, RayPlacement
-from strands_slime.rollout.executor_ray import plan_placement
+from strands_slime.rollout.executor_ray import check_cluster, plan_placement
 from strands_slime.sandbox import SandboxConfig
 
 pytestmark = pytest.mark.unit
@@ -91,3 +91,16 @@ def test_placement_settings_are_validated() -> None:
         )
     ray = config(workers=2).executor
     assert ray.actor_timeout_s == 5.0 and ray.placement == RayPlacement() and ray.log_to_driver is True
+
+
+def test_the_old_cluster_check_still_works_and_says_where_it_went() -> None:
+    nodes = [
+        {"NodeID": "a" * 56, "Alive": True, "Resources": {"CPU": 2.0}},
+        {"NodeID": "b" * 56, "Alive": False},
+    ]
+    settings = config(workers=3).executor
+    with (
+        pytest.warns(DeprecationWarning, match="use plan_placement"),
+        pytest.raises(ConfigError, match="room for 2"),
+    ):
+        check_cluster(settings, nodes, {"CPU": 2.0})

@@ -53,12 +53,14 @@ import os
 import pickle
 import socket
 import time
+import warnings
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, NamedTuple
 
-from strands_slime.config import ConfigError, RolloutConfig
+from strands_slime.config import ConfigError, ExecutorConfig, RolloutConfig
 from strands_slime.ray_actors import (
     DEFAULT_RESOURCES,
+    HEAD_RESOURCE,
     NodeRoom,
     RayPlacement,
     actor_gone_errors,
@@ -442,6 +444,32 @@ def plan_placement(config: RolloutConfig, rooms: list[NodeRoom]) -> PlacementPla
             room.take(sandbox_need)
     pinned = placement.constrained or same_node
     return PlacementPlan(nodes if pinned else [None] * workers)
+
+
+def check_cluster(
+    settings: ExecutorConfig, nodes: list[dict[str, Any]], available: Mapping[str, float]
+) -> None:
+    """Deprecated: :func:`plan_placement` with :func:`~strands_slime.ray_actors.cluster_rooms` checks node
+    by node, the sandbox's actors counted. This keeps the old call working on ``ray.nodes()``' totals."""
+    warnings.warn(
+        "executor_ray.check_cluster is deprecated: use plan_placement(config, ray_actors.cluster_rooms(ray)), "
+        "which checks node by node with the sandbox's actors counted",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    rooms = [
+        NodeRoom(
+            node_id=str(node.get("NodeID", "")),
+            ip=str(node.get("NodeManagerAddress", "?")),
+            head=HEAD_RESOURCE in node.get("Resources", {}),
+            labels={},
+            free={k: float(v) for k, v in node.get("Resources", {}).items()},
+            total={k: float(v) for k, v in node.get("Resources", {}).items()},
+        )
+        for node in nodes
+        if node.get("Alive")
+    ]
+    plan_placement(RolloutConfig(executor=settings), rooms)
 
 
 def _connect_and_plan(config: RolloutConfig) -> PlacementPlan:
