@@ -417,6 +417,44 @@ async def test_sandbox_calls_run_in_an_actor_pool_and_a_dead_actor_is_an_infra_r
         await sandbox.close()
 
 
+@shared_loop
+async def test_a_sandbox_actor_that_stops_answering_is_bounded_and_same_node_pins_it_here(
+    ray_cluster: Any,  # noqa: F811
+) -> None:
+    """``ray_same_node``: the pool of this process (on the head) is on the head. Its actor's process
+    stopped (SIGSTOP: a hung node for the caller) turns the call into an INFRA result after the
+    execution's timeout plus ANSWER_GRACE_S, not a wait without end; the actor is replaced."""
+    from strands_slime.sandbox.ray_backend import ANSWER_GRACE_S
+
+    config = SandboxConfig(
+        backend="ray", ray_actors=1, ray_resources={"CPU": 0.5}, ray_same_node=True, timeout_s=2
+    )
+    sandbox = Sandbox(config)
+    await sandbox.start()
+    stopped: int | None = None
+    try:
+        (placement,) = sandbox.placements
+        assert placement.node_id == ray.get_runtime_context().get_node_id() == ray_cluster.head_node.node_id
+        os.kill(placement.pid, signal.SIGSTOP)
+        stopped = placement.pid
+        result = await asyncio.wait_for(sandbox.run("print(1)"), 60)
+        assert result.kind is ResultKind.INFRA, result
+        assert f"sandbox actor lost (no answer within {2 + ANSWER_GRACE_S:g} s" in (result.error or ""), (
+            result
+        )
+        await wait_until(
+            lambda: [p.pid for p in sandbox.placements] not in ([], [stopped]),
+            timeout=60,
+            what="a replacement",
+        )
+        assert (await sandbox.run("print(6 * 7)")).stdout == "42\n"
+    finally:
+        if stopped is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(stopped, signal.SIGCONT)
+        await sandbox.close()
+
+
 # ---------------------------------------------------------------------- dead actors
 
 
