@@ -44,12 +44,16 @@ def ray_cluster() -> Iterator[Any]:
         },
     )
     try:
+        # connected while the head is the only node: the driver is attached to the head's raylet (with
+        # every node on one IP, Ray 2.47 would pick any of them), so the nodes tests freeze or kill are
+        # never this process's own
+        ray.init(address=cluster.address, log_to_driver=False, logging_level=logging.WARNING)
         for _ in range(WORKER_NODES):
             cluster.add_node(
                 num_cpus=NODE_CPUS, resources={EPISODE_RESOURCE: 1, SANDBOX_RESOURCE: 1}, labels=ROLLOUT_LABEL
             )
-        ray.init(address=cluster.address, log_to_driver=False, logging_level=logging.WARNING)
         cluster.wait_for_nodes()
+        assert ray.get_runtime_context().get_node_id() == cluster.head_node.node_id
         yield cluster
     finally:
         ray.shutdown()
