@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 SOAK_ARGS ?=
 
-.PHONY: test test-fast test-slow test-py310 test-sglang lint format demo bench bench-quick soak data clean chromium
+.PHONY: test test-fast test-slow test-py310 test-ray-oldest test-sglang lint format demo bench bench-quick soak data clean chromium
 
 # Sizes measured on 2026-11-27 (Python 3.11, x86-64 Linux; `du -sh` of each fresh venv):
 #   .venv       `make test` (the [dev] extra)       3.3 GB: torch 0.75 GB (CPU build), triton 1.0 GB (a
@@ -93,6 +93,26 @@ else
 test-py310: $(PY310_STAMP)
 	$(PY310_VENV)/bin/python -m pytest --lane unit $(PYTEST_ARGS)
 endif
+
+# The oldest Ray that slime's images use (its ROCm images pin ray 2.47.1; .venv has the newest we test,
+# pyproject's pin): the Ray backends' tests (tests/test_executor_ray.py, a 3-node local cluster, ~3 min)
+# against it. Its venv holds only that ray (no dependencies: 69 MB wheel) and reads everything else from
+# .venv's packages through a .pth file, after its own: its ray shadows .venv's. Not part of CI's lanes.
+RAY_OLDEST ?= 2.47.1
+RAY_OLDEST_VENV ?= .venv-ray$(subst .,,$(RAY_OLDEST))
+RAY_OLDEST_STAMP := $(RAY_OLDEST_VENV)/.installed
+
+$(RAY_OLDEST_STAMP): $(STAMP)
+	rm -rf $(RAY_OLDEST_VENV)
+	$(PYTHON) -m venv $(RAY_OLDEST_VENV)
+	$(BIN)/python -c 'import site; print(site.getsitepackages()[0])' > \
+		"$$($(RAY_OLDEST_VENV)/bin/python -c 'import site; print(site.getsitepackages()[0])')/main-venv.pth"
+	$(RAY_OLDEST_VENV)/bin/python -m pip install -q --no-deps ray==$(RAY_OLDEST)
+	touch $(RAY_OLDEST_STAMP)
+
+test-ray-oldest: $(RAY_OLDEST_STAMP)
+	$(RAY_OLDEST_VENV)/bin/python -c 'import ray; assert ray.__version__ == "$(RAY_OLDEST)", ray.__version__'
+	$(RAY_OLDEST_VENV)/bin/python -m pytest --lane slow tests/test_executor_ray.py $(PYTEST_ARGS)
 
 # The SGLang lane: real SGLang 0.5.23 on the CPU (tests/sglang, docs/sglang-lane.md). Not part of
 # `make test`; .ci/run adds it when STRANDS_SLIME_SGLANG_LANE=1. Its venv is built once (about 6.3 GB,

@@ -22,11 +22,16 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from strands_slime.provider.limits import DEFAULT_MAX_MODEL_CALLS, MAX_MODEL_CALLS_LIMIT
+from strands_slime.ray_actors import RayPlacement
 from strands_slime.runtime import get_runtime
 from strands_slime.sandbox import SandboxConfig
 
 CONFIG_ENV = "STRANDS_SLIME_CONFIG"
 CONFIG_KEY = "strands_slime"
+
+DEFAULT_ACTOR_TIMEOUT_S = 5.0
+"""executor.actor_timeout_s: a live actor answers a heartbeat within milliseconds; 5 s of silence is a
+hung or unreachable node (Ray itself declares a node dead only after about a minute)."""
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a careful mathematician who can run Python. To check a computation, call the "
@@ -240,6 +245,22 @@ class ExecutorConfig(BaseModel):
         description="backend ray: the cluster to connect to when this process is not connected yet "
         "(slime's rollout actor is; e.g. auto or ray://host:10001 elsewhere).",
     )
+    placement: RayPlacement | None = Field(
+        None,
+        description="backend ray: which nodes the episode actors may go to (node_labels, avoid_head); "
+        "checked per node at start-up, the sandbox's actors counted.",
+    )
+    actor_timeout_s: float | None = Field(
+        None,
+        gt=0,
+        description="backend ray: an actor that answers no heartbeat and no abort for this long fails its "
+        "episodes and is replaced (a hung or partitioned node); default 5.",
+    )
+    log_to_driver: bool | None = Field(
+        None,
+        description="backend ray with address: show the actors' stdout/stderr in this process (default "
+        "true; inside slime the driver's own setting applies).",
+    )
 
     @field_validator("resources")
     @classmethod
@@ -259,7 +280,11 @@ class ExecutorConfig(BaseModel):
 
     @model_validator(mode="after")
     def _settings_of_the_backend(self) -> ExecutorConfig:
-        ray_only = [name for name in ("resources", "address") if getattr(self, name) is not None]
+        ray_only = [
+            name
+            for name in ("resources", "address", "placement", "actor_timeout_s", "log_to_driver")
+            if getattr(self, name) is not None
+        ]
         ray_only += ["strategy"] if "strategy" in self.model_fields_set else []
         if self.backend == "local":
             if ray_only:
@@ -271,6 +296,12 @@ class ExecutorConfig(BaseModel):
                 raise ValueError("oversubscribe only applies with backend: local")
             if self.resources is None:
                 self.resources = {"CPU": 1.0}
+            if self.placement is None:
+                self.placement = RayPlacement()
+            if self.actor_timeout_s is None:
+                self.actor_timeout_s = DEFAULT_ACTOR_TIMEOUT_S
+            if self.log_to_driver is None:
+                self.log_to_driver = True
         return self
 
 

@@ -11,19 +11,31 @@ a killed actor, a lost node (the cluster keeps one node fewer from there on); th
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import pytest_asyncio
 import slime_harness
-from ray_cluster import EPISODE_RESOURCE, SANDBOX_RESOURCE, node_of, ray_cluster  # noqa: F401  (the module's cluster fixture)
+from ray_cluster import (  # noqa: F401  (the module's cluster fixture)
+    EPISODE_RESOURCE,
+    ROLLOUT_LABEL,
+    SANDBOX_RESOURCE,
+    node_of,
+    node_processes,
+    ray_cluster,
+)
 from test_executor import IN_PROCESS, QUESTIONS, abort_reaches_every_worker, comparable, one_worker_dies
 from test_executor_slime import over_sampling_abort_and_partial_rollout
 from test_rollout import PARAMS, SCRIPT, check_invariants, make_args, new_sample
@@ -35,6 +47,7 @@ from strands_slime import generate
 from strands_slime.config import ConfigError, get_rollout_config
 from strands_slime.devserver import DevServer
 from strands_slime.rollout import executor
+from strands_slime.rollout.slime_compat import Sample
 from strands_slime.runtime import get_runtime
 from strands_slime.sandbox import Sandbox, SandboxConfig
 from strands_slime.sandbox.result import ResultKind
@@ -95,7 +108,8 @@ async def test_too_few_cpus_and_an_unknown_resource_are_one_config_line(ray_clus
     with pytest.raises(ConfigError) as caught:
         await generate(args, new_sample("plain"), dict(PARAMS))
     message = str(caught.value)
-    assert "executor.workers=50 Ray actors" in message and "do not fit" in message and "\n" not in message
+    assert "executor.workers=50 episode actors of {CPU: 1} do not fit" in message and "\n" not in message
+    assert "room for 6 (" in message and message.count(": room for 2 (CPU 2 free)") == 3, "node by node"
     args.strands_slime = {"executor": {"backend": "ray", "workers": 1, "resources": {"rollout_cpu": 1}}}
     with pytest.raises(ConfigError, match=r"no node of the Ray cluster has the resource 'rollout_cpu'"):
         await generate(args, new_sample("plain"), dict(PARAMS))
@@ -170,6 +184,189 @@ async def test_abort_reaches_every_actor_within_100_ms_and_nothing_is_sent_after
     await abort_reaches_every_worker(server, actors, ray_args, WORKERS)
 
 
+# ---------------------------------------------------------------------- the executor inside slime's actor
+
+
+def rollout_manager_like() -> type:
+    """A class shaped like slime's ``RolloutManager``: a threaded Ray actor whose rollout runs an event
+    loop in a thread of its own and calls ``generate`` there. Made here, so Ray ships it by value (the
+    actor's process cannot import this test module)."""
+
+    class RolloutManagerLike:
+        def __init__(self, tests_dir: str) -> None:
+            sys.path.insert(0, tests_dir)
+
+        def rollout(self, url: str, label: dict[str, str]) -> dict[str, Any]:
+            result: dict[str, Any] = {}
+
+            def run() -> None:
+                from test_rollout import PARAMS, make_args, new_sample
+
+                async def main() -> None:
+                    args = make_args(url)
+                    args.strands_slime = {
+                        "sandbox": {"timeout_s": 2.0},
+                        "executor": {"backend": "ray", "workers": 1, "placement": {"node_labels": label}},
+                    }
+                    samples = await asyncio.gather(
+                        *(generate(args, new_sample("plain"), dict(PARAMS)) for _ in range(3))
+                    )
+                    running = executor.running_executor(args, get_rollout_config(args))
+                    result["statuses"] = [s.status.name for s in samples]
+                    result["nodes"] = running.worker_nodes if running is not None else []
+                    await get_runtime().close()
+
+                asyncio.run(main())
+
+            thread = threading.Thread(target=run)
+            thread.start()
+            thread.join()
+            return result
+
+    return RolloutManagerLike
+
+
+@shared_loop
+async def test_the_executor_runs_inside_a_threaded_actor_on_the_labelled_nodes(
+    server: DevServer,
+    ray_cluster: Any,  # noqa: F811
+) -> None:
+    manager_class = ray.remote(num_cpus=0, max_concurrency=4)(rollout_manager_like())
+    manager = manager_class.remote(str(Path(__file__).parent))
+    try:
+        result = await asyncio.wait_for(manager.rollout.remote(server.url, ROLLOUT_LABEL), 300)
+    finally:
+        ray.kill(manager)
+    assert result["statuses"] == ["COMPLETED"] * 3, result
+    labelled = {node.node_id for node in ray_cluster.worker_nodes}
+    assert len(result["nodes"]) == 1 and set(result["nodes"]) <= labelled, (
+        "pinned to a labelled node",
+        result,
+    )
+
+
+# ---------------------------------------------------------------------- faults the actors survive
+
+
+class LostCall:
+    """An actor call that a brief network error lost: its result is Ray's ``ActorUnavailableError``."""
+
+    def future(self) -> concurrent.futures.Future[Any]:
+        lost: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        lost.set_exception(
+            ray.exceptions.ActorUnavailableError(
+                "injected: RPC error: Socket closed (the actor may be alive)", None
+            )
+        )
+        return lost
+
+
+class FaultyActor:
+    """An actor handle whose next call of each named method is lost to a transient RPC error (the
+    fault at the actor boundary); every other call goes to the real actor."""
+
+    def __init__(self, actor: Any, faults: set[str]) -> None:
+        self._actor = actor
+        self.faults = faults
+
+    def __getattr__(self, name: str) -> Any:
+        if name in self.faults:
+            self.faults.discard(name)
+            lost = SimpleNamespace(remote=lambda *args, **kwargs: LostCall())
+            return SimpleNamespace(remote=lost.remote, options=lambda **options: lost)
+        return getattr(self._actor, name)
+
+
+@shared_loop
+async def test_a_transient_rpc_error_fails_only_the_lost_episode_and_the_actor_lives_on(
+    server: DevServer, actors: executor.EpisodeExecutor
+) -> None:
+    pids, started, crashes = (
+        list(actors.worker_pids),
+        actors.stats.workers_started,
+        actors.stats.worker_crashes,
+    )
+    link = next(iter(actors._workers.values())).link  # the first actor's link: its next episode is lost
+    faulty = link.actor = FaultyActor(link.actor, {"run", "ping"})
+    try:
+        samples = await asyncio.wait_for(
+            asyncio.gather(
+                *(generate(ray_args(server.url), new_sample("plain"), dict(PARAMS)) for _ in range(4))
+            ),
+            60,
+        )
+        await wait_until(lambda: not faulty.faults, timeout=30, what="a heartbeat lost too")
+        await asyncio.sleep(link.timeout_s)  # a whole deadline with one heartbeat lost: not a death
+    finally:
+        link.actor = faulty._actor
+    failed = [s for s in samples if s.status == Sample.Status.FAILED]
+    assert len(failed) == 1 and sum(s.status == Sample.Status.COMPLETED for s in samples) == 3, samples
+    assert (
+        "its call was lost to a transient Ray error (ActorUnavailableError"
+        in failed[0].metadata["infra_error"]
+    )
+    assert actors.worker_pids == pids, "no actor was declared dead"
+    assert (actors.stats.workers_started, actors.stats.worker_crashes) == (started, crashes)
+
+
+@shared_loop
+async def test_a_frozen_node_fails_its_episodes_at_the_deadline_and_an_abort_returns_the_rest(
+    server: DevServer,
+    actors: executor.EpisodeExecutor,
+    ray_cluster: Any,  # noqa: F811
+) -> None:
+    """A node whose raylet and actor are stopped (SIGSTOP) answers nothing, as a hung or partitioned
+    one: its episodes fail after executor.actor_timeout_s (5 s), whatever slime's abort does, not after
+    the minute Ray takes to declare the node dead; the other actor's episodes are aborted at once."""
+    head = ray_cluster.head_node.node_id
+    victim = next(worker for worker in actors._workers.values() if worker.node_id != head)
+    frozen = [victim.pid, *node_processes(node_of(ray_cluster, victim.node_id))]
+    started = actors.stats.workers_started
+    aborted = threading.Event()
+    args = ray_args(server.url, abort_event=aborted)
+    before = len(server.request_log)
+    server.scheduler.latency = 600.0
+    stopped: list[int] = []
+    try:
+        tasks = [asyncio.ensure_future(generate(args, new_sample("plain"), dict(PARAMS))) for _ in range(4)]
+        await wait_until(
+            lambda: len(server.request_log) >= before + 4, timeout=30, what="4 requests at the server"
+        )
+        assert len(victim.inflight) == 2, "2 episodes on each actor"
+        for pid in frozen:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+                stopped.append(pid)
+        frozen_at = time.monotonic()
+        aborted.set()
+        samples = await asyncio.wait_for(asyncio.gather(*tasks), 60)
+        took = time.monotonic() - frozen_at
+    finally:
+        server.scheduler.latency = 0.0
+        for pid in stopped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+    failed = [s for s in samples if s.status == Sample.Status.FAILED]
+    assert len(failed) == 2 and sum(s.status == Sample.Status.ABORTED for s in samples) == 2, samples
+    for sample in failed:
+        reason = sample.metadata["infra_error"]
+        assert f"pid {victim.pid} on node" in reason and "answered no heartbeat and no abort for" in reason, (
+            reason
+        )
+        assert "(executor.actor_timeout_s=5)" in reason and "its node is hung" in reason, reason
+    print(f"frozen node: its episodes failed {took:.1f} s after the freeze")
+    aborted.clear()
+    await wait_until(
+        lambda: actors.stats.workers_started == started + 1 and len(actors.worker_pids) == WORKERS,
+        timeout=120,
+        what="the replacement actor",
+    )
+    results = await asyncio.gather(
+        *(generate(ray_args(server.url), new_sample("plain"), dict(PARAMS)) for _ in range(4))
+    )
+    assert all(s.status == Sample.Status.COMPLETED for s in results)
+
+
 # ---------------------------------------------------------------------- the sandbox's actor pool
 
 
@@ -208,7 +405,53 @@ async def test_sandbox_calls_run_in_an_actor_pool_and_a_dead_actor_is_an_infra_r
             what="the replacement sandbox actor",
         )
         assert (await sandbox.run("print(6 * 7)")).stdout == "42\n"
+        # an idle actor dies: the pool sees it (its watch call) and sends the next calls elsewhere
+        idle = sandbox.placements[0].pid
+        os.kill(idle, signal.SIGKILL)
+        await wait_until(
+            lambda: idle not in {p.pid for p in sandbox.placements}, timeout=30, what="the idle actor's death"
+        )
+        results = await asyncio.gather(*(sandbox.run("print(6 * 7)") for _ in range(4)))
+        assert all(r.ok and r.stdout == "42\n" for r in results), results
     finally:
+        await sandbox.close()
+
+
+@shared_loop
+async def test_a_sandbox_actor_that_stops_answering_is_bounded_and_same_node_pins_it_here(
+    ray_cluster: Any,  # noqa: F811
+) -> None:
+    """``ray_same_node``: the pool of this process (on the head) is on the head. Its actor's process
+    stopped (SIGSTOP: a hung node for the caller) turns the call into an INFRA result after the
+    execution's timeout plus ANSWER_GRACE_S, not a wait without end; the actor is replaced."""
+    from strands_slime.sandbox.ray_backend import ANSWER_GRACE_S
+
+    config = SandboxConfig(
+        backend="ray", ray_actors=1, ray_resources={"CPU": 0.5}, ray_same_node=True, timeout_s=2
+    )
+    sandbox = Sandbox(config)
+    await sandbox.start()
+    stopped: int | None = None
+    try:
+        (placement,) = sandbox.placements
+        assert placement.node_id == ray.get_runtime_context().get_node_id() == ray_cluster.head_node.node_id
+        os.kill(placement.pid, signal.SIGSTOP)
+        stopped = placement.pid
+        result = await asyncio.wait_for(sandbox.run("print(1)"), 60)
+        assert result.kind is ResultKind.INFRA, result
+        assert f"sandbox actor lost (no answer within {2 + ANSWER_GRACE_S:g} s" in (result.error or ""), (
+            result
+        )
+        await wait_until(
+            lambda: [p.pid for p in sandbox.placements] not in ([], [stopped]),
+            timeout=60,
+            what="a replacement",
+        )
+        assert (await sandbox.run("print(6 * 7)")).stdout == "42\n"
+    finally:
+        if stopped is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(stopped, signal.SIGCONT)
         await sandbox.close()
 
 
@@ -233,22 +476,26 @@ async def test_a_killed_actor_fails_exactly_its_episodes_and_is_replaced(
 
 
 @shared_loop
-async def test_a_lost_node_fails_exactly_its_episodes_and_a_replacement_is_placed_elsewhere(
+async def test_a_hard_node_kill_fails_exactly_its_episodes_as_a_dead_node_and_a_replacement_is_placed_elsewhere(
     server: DevServer,
     actors: executor.EpisodeExecutor,
     ray_cluster: Any,  # noqa: F811
 ) -> None:
+    """Every process of a node SIGKILLed at once (a machine lost): its episodes fail as its node's death
+    (within executor.actor_timeout_s, before Ray notices the node), not as a transient socket error."""
     head = ray_cluster.head_node.node_id
-    lost: list[str] = []
 
     def kill() -> str:
         victim = next(node for node in actors.worker_nodes if node != head)  # the head cannot go
-        lost.append(victim)
-        ray_cluster.remove_node(node_of(ray_cluster, victim))
+        node = node_of(ray_cluster, victim)
+        for pid in node_processes(node):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        ray_cluster.remove_node(node, allow_graceful=False)  # the rest of its processes, and the bookkeeping
         return victim
 
     failed, victim = await one_worker_dies(server, actors, ray_args, WORKERS, kill)
     for sample in failed:
         reason = sample.metadata["infra_error"]
-        assert f"{victim[:8]}) died (Ray: its node has died)" in reason, reason
+        assert f"{victim[:8]}) died (Ray: its node has died" in reason, reason
     assert victim not in actors.worker_nodes and len(set(actors.worker_nodes)) >= 1

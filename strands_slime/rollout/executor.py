@@ -143,9 +143,10 @@ class ExecutorStats:
     workers_started: int = 0
     worker_crashes: int = 0
     abort_propagation_seconds: list[float] = dataclasses.field(default_factory=list)
-    """Per (abort change, worker): from the parent reading the flag to the worker's flag being set."""
+    """Per (abort change, worker): from the parent reading the flag to the worker's acknowledgment
+    arriving back (a round trip on the parent's clock: the worker's flag was set before it)."""
     abort_seen_at: list[float] = dataclasses.field(default_factory=list)
-    """Per (abort change, worker): ``time.monotonic()`` when the worker's flag was set."""
+    """Per (abort change, worker): the parent's ``time.monotonic()`` when the worker's acknowledgment arrived."""
 
 
 @dataclasses.dataclass
@@ -326,7 +327,7 @@ def worker_backend(config: RolloutConfig) -> WorkerBackend:
     if config.executor.backend == "ray":
         from strands_slime.rollout.executor_ray import RayBackend
 
-        return RayBackend(config.executor)
+        return RayBackend(config)
     return LocalBackend()
 
 
@@ -526,9 +527,10 @@ class EpisodeExecutor:
         elif kind == "codec":
             self.stats.worker_codec_seconds += message[1]
         elif kind == "abort_seen":
-            _, _, _, parent_time, worker_time = message
-            self.stats.abort_propagation_seconds.append(worker_time - parent_time)
-            self.stats.abort_seen_at.append(worker_time)
+            # on this process's clock only: a worker on another machine has another monotonic clock
+            parent_time, now = message[3], time.monotonic()
+            self.stats.abort_propagation_seconds.append(now - parent_time)
+            self.stats.abort_seen_at.append(now)
         elif kind == "ready":
             _, worker.pid, where = message
             worker.where, worker.node_id = where.get("where"), where.get("node_id")

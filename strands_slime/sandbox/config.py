@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from strands_slime.ray_actors import RayPlacement
 from strands_slime.sandbox.environment import is_secret_name
 
 #: Modules the zygote imports once so that every execution finds them already loaded.
@@ -50,6 +51,15 @@ class SandboxConfig(BaseModel):
     )
     ray_strategy: Literal["SPREAD", "DEFAULT"] = Field(
         default="SPREAD", description="backend ray: Ray's scheduling strategy of the sandbox actors."
+    )
+    ray_placement: RayPlacement = Field(
+        default_factory=RayPlacement,
+        description="backend ray: which nodes the sandbox actors may go to (node_labels, avoid_head).",
+    )
+    ray_same_node: bool = Field(
+        default=False,
+        description="backend ray: every sandbox actor on the node of the process that calls it (each "
+        "episode actor's own node): tool calls never cross the network.",
     )
     timeout_s: float = Field(default=60.0, gt=0, le=86_400, description="Wall-clock limit per execution.")
     cpu_time_s: float | None = Field(
@@ -176,6 +186,11 @@ class SandboxConfig(BaseModel):
         stray = sorted(name for name in self.model_fields_set if name.startswith("ray_"))
         if stray and self.backend != "ray":
             raise ValueError(f"{', '.join(stray)} only apply with backend: ray (backend is {self.backend!r})")
+        if self.ray_same_node and self.ray_placement.constrained:
+            raise ValueError(
+                "ray_same_node puts each sandbox actor on its caller's node: ray_placement cannot also "
+                "choose the nodes (set the episode actors' executor.placement instead)"
+            )
         return self
 
     @field_validator("env")

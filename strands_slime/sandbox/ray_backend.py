@@ -14,7 +14,13 @@ episodes, like any shared sandbox: slime's rollout process, or each Ray episode 
   (``ray.cancel``), which kills the execution's process in the actor's zygote.
 * **Failures.** An actor that dies (its process, its node) turns its calls in flight into ``INFRA``
   results that say so (the episode counts a sandbox failure, as for a broken zygote) and is replaced
-  in the background; calls go to the other actors meanwhile.
+  in the background; calls go to the other actors meanwhile. Each actor holds a ``watch`` call, so an
+  idle actor's death is seen too and it gets no call. A call is bounded: an actor that has not answered
+  :data:`ANSWER_GRACE_S` after the execution's own timeout (a hung or unreachable node) is taken for
+  lost the same way. ``ActorUnavailableError`` (maybe transient) fails that call only.
+* **Placement.** ``ray_same_node`` pins every actor to the node of the process that owns the pool
+  (each episode actor's own node); ``ray_placement`` (``node_labels``, ``avoid_head``) pins each to the
+  allowed node with the most room; otherwise ``ray_strategy`` places them.
 * **Misconfiguration** (no ``ray`` module, no cluster connection, actors that do not start within
   ``start_timeout_s``) fails :meth:`RayBackend.start` with :class:`SandboxMisconfigured`.
 """
@@ -28,7 +34,16 @@ import math
 import os
 from typing import Any, NamedTuple
 
-from strands_slime.ray_actors import actor_gone_errors, actor_options, death_reason, one_line
+from strands_slime.ray_actors import (
+    actor_gone_errors,
+    actor_options,
+    actor_unreachable_error,
+    cluster_rooms,
+    death_reason,
+    one_line,
+    pick_room,
+    pinned_to,
+)
 from strands_slime.sandbox.base import SandboxError, SandboxMisconfigured
 from strands_slime.sandbox.config import SandboxConfig
 from strands_slime.sandbox.result import ExecutionResult, ResultKind
@@ -39,6 +54,10 @@ logger = logging.getLogger(__name__)
 MAX_CALLS_PER_ACTOR = 100_000
 """The actor's ``max_concurrency`` for Ray: its own semaphore bounds the executions."""
 _MAX_RESTART_DELAY_S = 30.0
+_REWATCH_DELAY_S = 1.0
+ANSWER_GRACE_S = 10.0
+"""How much longer than the execution's own timeout a sandbox actor may take to answer before it is
+taken for lost (a hung or unreachable node: the call becomes an ``INFRA`` result, the actor is replaced)."""
 
 
 def actor_concurrency(config: SandboxConfig) -> int:
@@ -66,6 +85,11 @@ class SandboxActor:
             "node_id": ray.get_runtime_context().get_node_id(),
             "pid": os.getpid(),
         }
+
+    async def watch(self) -> None:
+        """Never returns: the pending call fails when the actor dies, so the pool sees the death of an
+        idle actor and sends it no call."""
+        await asyncio.get_running_loop().create_future()
 
     async def execute(self, code: str, timeout_s: float, cpu_s: float) -> ExecutionResult:
         """One execution (the zygote kills it when this call is cancelled)."""
@@ -118,9 +142,27 @@ class RayBackend:
         return [ActorPlacement(m.node_id, m.pid, m.inflight) for m in self._members if m.dead is None]
 
     def _options(self) -> dict[str, Any]:
-        return actor_options(
-            self.config.ray_resources, self.config.ray_strategy, max_concurrency=MAX_CALLS_PER_ACTOR
-        )
+        """The actor's Ray options: on this process's node (``ray_same_node``), on the allowed node with
+        the most room (``ray_placement``), else where ``ray_strategy`` puts it; blocking."""
+        import ray
+
+        strategy: Any = self.config.ray_strategy
+        if self.config.ray_same_node:
+            strategy = pinned_to(ray.get_runtime_context().get_node_id())
+        elif self.config.ray_placement.constrained:
+            need = {name: amount for name, amount in self.config.ray_resources.items() if amount > 0}
+            rooms = cluster_rooms(ray)
+            room = pick_room(rooms, need, self.config.ray_placement)
+            if room is None:
+                where = "; ".join(
+                    f"{r.name}: {r.refusal(self.config.ray_placement) or f'room for {r.fits(need)}'}"
+                    for r in rooms
+                )
+                raise SandboxMisconfigured(
+                    f"sandbox.ray_placement: no node has room for a sandbox actor of {need} ({where})"
+                )
+            strategy = pinned_to(room.node_id)
+        return actor_options(self.config.ray_resources, strategy, max_concurrency=MAX_CALLS_PER_ACTOR)
 
     async def start(self) -> None:
         """Create and start every actor (once; concurrent callers share it). Raises ``SandboxError``."""
@@ -153,7 +195,8 @@ class RayBackend:
     async def _launch(self) -> _Member:
         import ray
 
-        member = _Member(self._actor_class.options(**self._options()).remote(self.config))
+        options = await asyncio.to_thread(self._options)
+        member = _Member(self._actor_class.options(**options).remote(self.config))
         try:
             info = await asyncio.wait_for(member.actor.start.remote(), self.config.start_timeout_s)
         except asyncio.TimeoutError:
@@ -172,7 +215,36 @@ class RayBackend:
             ray.kill(member.actor, no_restart=True)
             raise SandboxError("the sandbox was closed during its start-up")
         self._members.append(member)
+        self._watch(member)
         return member
+
+    def _watch(self, member: _Member) -> None:
+        """Hold the actor's ``watch`` call: its failure is the actor's death, seen with no call in flight."""
+        loop = asyncio.get_running_loop()
+        ref = member.actor.watch.remote()
+
+        def arrived(done: Any) -> None:  # in Ray's thread
+            with contextlib.suppress(RuntimeError):  # the loop is closed
+                loop.call_soon_threadsafe(self._watched, member, done)
+
+        ref.future().add_done_callback(arrived)
+
+    def _watched(self, member: _Member, done: Any) -> None:
+        import ray
+
+        try:
+            done.result()
+        except actor_unreachable_error(ray):  # maybe only for now: watch again, in a second
+            if member.dead is None and not self._closed:
+                asyncio.get_running_loop().call_later(_REWATCH_DELAY_S, self._rewatch, member)
+        except actor_gone_errors(ray) as exc:
+            self._lost(member, death_reason(exc))
+        except Exception as exc:
+            self._lost(member, f"Ray: {type(exc).__name__}: {one_line(exc, 200)}")
+
+    def _rewatch(self, member: _Member) -> None:
+        if member.dead is None and not self._closed:
+            self._watch(member)
 
     async def _pick(self) -> _Member | None:
         while not self._closed:
@@ -198,17 +270,30 @@ class RayBackend:
         member = await self._pick()
         if member is None:
             return ExecutionResult.failure(ResultKind.INFRA, "no sandbox actor alive")
+        # the zygote ends every execution at timeout_s; calls queued behind the actor's own limit wait
+        # their turn: an actor that answers later than that is on a hung or unreachable node
+        deadline = timeout_s * (1 + member.inflight // actor_concurrency(self.config)) + ANSWER_GRACE_S
         member.inflight += 1
         ref = member.actor.execute.remote(code, timeout_s, cpu_s)
         try:
-            return await ref
+            return await asyncio.wait_for(asyncio.wrap_future(ref.future()), deadline)
         except asyncio.CancelledError:
             ray.cancel(ref)
             raise
-        except actor_gone_errors(ray) as exc:
-            reason = death_reason(exc)
+        except asyncio.TimeoutError:
+            ray.cancel(ref)
+            reason = f"no answer within {deadline:g} s: its node is hung or unreachable"
             self._lost(member, reason)
             elapsed = asyncio.get_running_loop().time() - started
+            return ExecutionResult.failure(ResultKind.INFRA, f"sandbox actor lost ({reason})", elapsed)
+        except actor_gone_errors(ray) as exc:
+            reason = death_reason(exc)
+            elapsed = asyncio.get_running_loop().time() - started
+            if isinstance(exc, actor_unreachable_error(ray)):  # maybe alive: its watch says whether it died
+                return ExecutionResult.failure(
+                    ResultKind.INFRA, f"sandbox actor unreachable ({reason})", elapsed
+                )
+            self._lost(member, reason)
             return ExecutionResult.failure(ResultKind.INFRA, f"sandbox actor died ({reason})", elapsed)
         finally:
             member.inflight -= 1
@@ -217,7 +302,8 @@ class RayBackend:
         if member.dead is not None or self._closed:
             return
         member.dead = reason
-        self._members.remove(member)
+        if member in self._members:
+            self._members.remove(member)
         with contextlib.suppress(Exception):  # unreachable may not mean dead: it must not go on
             import ray
 
