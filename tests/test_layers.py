@@ -365,3 +365,36 @@ def test_every_kind_of_dynamic_import_is_caught(tmp_path: Path) -> None:
     ):
         assert f"strands_slime.provider.{importer} -> {imported}" in illegal, (importer, illegal)
     assert computed == [("strands_slime.provider.telemetry", "f", 3)]
+
+
+TRAJECTORY_WRITES = frozenset({"add_prompt", "add_output", "begin_turn", "rollback_turns"})
+"""The methods that change a ``TokenTrajectory``."""
+
+
+def _trajectory_writes(source: str, path: str) -> list[str]:
+    """Where ``source`` assigns a model's trajectory or calls a method that changes one."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        for target in targets:
+            if isinstance(target, ast.Attribute) and target.attr in ("trajectory", "closed_trajectories"):
+                if not (isinstance(target.value, ast.Name) and target.value.id == "self"):
+                    found.append(f"{path}:{node.lineno} assigns .{target.attr}")
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            if node.func.attr in TRAJECTORY_WRITES:
+                found.append(f"{path}:{node.lineno} calls .{node.func.attr}()")
+    return found
+
+
+def test_nothing_outside_the_provider_writes_a_trajectory() -> None:
+    """The episode's recorder (``provider/recorder.py``) owns the trajectories: the rollout and every other
+    layer read them and ask the recorder, they never assign or edit one."""
+    package = Path(__file__).resolve().parent.parent / PACKAGE
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        relative = path.relative_to(package).as_posix()
+        if not relative.startswith("provider/"):
+            found += _trajectory_writes(path.read_text(encoding="utf-8"), relative)
+    assert not found, "\n".join(found)
+    bad = "def f(model, t):\n    model.trajectory = t\n    model.trajectory.add_output([1], [0.0])\n"
+    assert len(_trajectory_writes(bad, "x.py")) == 2, "the scan finds both kinds of write"
