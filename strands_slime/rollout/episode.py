@@ -108,11 +108,6 @@ class EpisodeOutcome:
     infra_error: str | None = None
     aborted_by_slime: bool = False
 
-    @classmethod
-    def slime_abort(cls) -> EpisodeOutcome:
-        """slime aborted the rollout (its flag was set): the sample goes back to slime as ABORTED."""
-        return cls(Status.ABORTED, "abort", aborted_by_slime=True)
-
 
 async def generate(
     args: Any, sample: Any, sampling_params: Mapping[str, Any], evaluation: bool = False
@@ -353,9 +348,10 @@ class Episode:
             self._end(Status.ABORTED, "abort")
 
     def _give_back_resumed(self) -> Any:
-        """The sample still holds its saved part: it goes back to slime as it came, ABORTED again."""
-        assert self.kept_metadata is not None
-        self.sample.metadata = self.kept_metadata
+        """A resumed episode aborted again before it went on (in this process or before a worker took
+        it): the sample still holds its saved part and goes back to slime as it came, ABORTED again."""
+        if self.kept_metadata is not None:
+            self.sample.metadata = self.kept_metadata
         write_keys(self.sample.metadata, abort_source="slime")
         self.sample.status = slime_compat.status(self.sample, "ABORTED")
         return self.sample
@@ -382,9 +378,7 @@ class Episode:
                 result = segments if self.fans_out else sample
             except AbortedError:  # slime aborted while the workers started or were replaced
                 if resuming:  # the episode never went on: the sample keeps its saved part, as in-process
-                    write_keys(sample.metadata, abort_source="slime")
-                    sample.status = slime_compat.status(sample, "ABORTED")
-                    return sample
+                    return self._give_back_resumed()
                 self._end(Status.ABORTED, "abort")
                 self._fill(sample, None)
                 result = [sample] if self.fans_out else sample
