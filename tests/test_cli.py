@@ -821,3 +821,73 @@ def test_resume_refuses_settings_that_change_what_samples_mean_and_announces_new
         f"note: {data} has 3 prompts, 1 when the run in {out} began: --resume runs the 2 new ones too"
     )
     assert len((out / "samples.jsonl").read_text().splitlines()) == 3
+
+
+def test_a_server_rejecting_every_request_stops_the_run_without_blaming_its_health(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(NO_RETRIES)
+    out = tmp_path / "r"
+    with DevServerThread("scripted", script=SCRIPT) as server:
+        server.inject_fault(status=400, count=10_000, message="max_new_tokens is too large")
+        argv = ["rollout", "--data", str(DEMO), "--base-url", server.url, "--config", str(config)]
+        assert main([*argv, "--n-samples", "2", "--concurrency", "3", "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    error = _lines_besides_the_progress_bar(err)[-1]
+    assert (
+        error.startswith("error: stopped early: the last 3 samples all failed (latest: ")
+        and "HTTP 400" in error
+    )
+    assert error.endswith(
+        "; the server rejects these requests (a bad request, not a sick server): fix what it names, then "
+        "--resume runs the rest and the failed samples again"
+    )
+    assert json.loads((out / "summary.json").read_text())["stopped_by_rejections"] is True
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib.metadata
+
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out == f"strands-slime {importlib.metadata.version('strands-slime')}\n"
+
+
+async def test_the_health_probe_waits_for_a_server_that_is_still_starting() -> None:
+    """``serve ... &`` then ``rollout``: the server may not listen yet when the probe starts."""
+    import asyncio
+
+    from strands_slime.rollout.offline import probe_server
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = DevServerThread("scripted", script=SCRIPT, port=port)
+
+    async def start_later() -> None:
+        await asyncio.sleep(0.5)
+        await asyncio.to_thread(server.start)
+
+    try:
+        info, _ = await asyncio.gather(probe_server(f"http://127.0.0.1:{port}", 60), start_later())
+    finally:
+        server.stop()
+    assert isinstance(info, dict)
+    with pytest.raises(RolloutError, match=r"is unreachable for 0.5 s \(--health-timeout\): "):
+        await probe_server(f"http://127.0.0.1:{port}", 0.5)
+
+
+def test_a_terminal_sees_the_start_up_until_the_bar_or_the_error_replaces_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    argv = ["rollout", "--data", str(DEMO), "--base-url", "http://127.0.0.1:9", "--health-timeout", "0.5"]
+    assert main([*argv, "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    status = f"rollout: starting: {DEMO} on http://127.0.0.1:9 (data, tokenizer, sandbox, server)\r"
+    assert err.startswith(status + "\r\033[K" + "error: server http://127.0.0.1:9 is unreachable for 0.5 s")
+    assert err.count("\n") == 1, "the error is still one line"
+    assert main([*argv, "--quiet", "--out", str(tmp_path / "r")]) == 2
+    assert capsys.readouterr().err.startswith("error: "), "--quiet: no status"

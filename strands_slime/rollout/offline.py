@@ -46,6 +46,8 @@ DEMO_SCRIPT = "demo_script.json"
 DEFAULT_MAX_FAILURE_RATE = 0.1
 DEFAULT_HEALTH_TIMEOUT_S = 5.0
 DEFAULT_UNHEALTHY_TIMEOUT_S = 300.0
+PROBE_RETRY_S = 0.25
+"""How often the health probe tries again a server that refuses connections (one starting up)."""
 MEANING_SETTINGS = {
     "temperature": "--temperature",
     "top_p": "--top-p",
@@ -245,7 +247,9 @@ def sampling_params(options: RolloutOptions) -> dict[str, Any]:
 
 
 async def probe_server(url: str, timeout_s: float) -> dict[str, Any]:
-    """``GET /health`` then ``/model_info`` within ``timeout_s``: a dead URL fails in seconds, not after retries.
+    """``GET /health`` then ``/model_info`` within ``timeout_s``: a dead URL fails in seconds, not after
+    retries. A refused connection is tried again until then (a server started a moment ago, ``serve
+    ... &``, is not listening yet); an unhealthy answer or a silent server is not.
 
     Returns:
         The server's ``/model_info`` (empty when it has none: not every server implements it).
@@ -256,23 +260,33 @@ async def probe_server(url: str, timeout_s: float) -> dict[str, Any]:
     import aiohttp
 
     base = (url if "://" in url else f"http://{url}").rstrip("/")
-    timeout = aiohttp.ClientTimeout(total=timeout_s)
-    try:
-        async with aiohttp.ClientSession(timeout=timeout) as session:
-            async with session.get(f"{base}/health") as reply:
-                if reply.status != 200:
-                    raise RolloutError(
-                        f"server {base} is not healthy: GET /health answered HTTP {reply.status}"
-                    )
-            async with session.get(f"{base}/model_info") as reply:
-                if reply.status != 200:
-                    return {}
-                info = await reply.json(content_type=None)
-                return info if isinstance(info, dict) else {}
-    except asyncio.TimeoutError as exc:  # aiohttp's deadline; the builtin TimeoutError only from 3.11 on
-        raise RolloutError(f"server {base} did not answer GET /health within {timeout_s:g} s") from exc
-    except aiohttp.ClientError as exc:
-        raise RolloutError(f"server {base} is unreachable: {exc or type(exc).__name__}") from exc
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=max(left, 0.01))) as session:
+                async with session.get(f"{base}/health") as reply:
+                    if reply.status != 200:
+                        raise RolloutError(
+                            f"server {base} is not healthy: GET /health answered HTTP {reply.status}"
+                        )
+                async with session.get(f"{base}/model_info") as reply:
+                    if reply.status != 200:
+                        return {}
+                    info = await reply.json(content_type=None)
+                    return info if isinstance(info, dict) else {}
+        except asyncio.TimeoutError as exc:  # aiohttp's deadline; the builtin TimeoutError only from 3.11 on
+            raise RolloutError(f"server {base} did not answer GET /health within {timeout_s:g} s") from exc
+        except aiohttp.ClientConnectorError as exc:  # nothing listens there (yet)
+            if deadline - time.monotonic() > PROBE_RETRY_S:
+                await asyncio.sleep(PROBE_RETRY_S)
+                continue
+            raise RolloutError(
+                f"server {base} is unreachable for {timeout_s:g} s (--health-timeout): "
+                f"{exc or type(exc).__name__}"
+            ) from exc
+        except aiohttp.ClientError as exc:
+            raise RolloutError(f"server {base} is unreachable: {exc or type(exc).__name__}") from exc
 
 
 @contextlib.asynccontextmanager
@@ -596,6 +610,7 @@ async def _run(options: RolloutOptions, run_dir: RunDir) -> dict[str, Any]:
     summary = build_summary(options, rows, records, ran, wall, params, config, tokenizer, package_versions())
     summary["interrupted"] = stop.signal_name
     summary["stopped"] = stop.reason
+    summary["stopped_by_rejections"] = stop.reason is not None and monitor.stopped_by_rejections
     summary["saved"] = not await asyncio.to_thread(run_dir.discard_if_unused)
     if summary["saved"]:
         await asyncio.to_thread(write_summary, options.out, summary)
