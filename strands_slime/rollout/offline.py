@@ -17,14 +17,15 @@ import os
 import platform
 import signal
 import sys
+import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
 from urllib.parse import urlparse
 
 from strands_slime.episode_metadata import EpisodeMetadata
@@ -41,6 +42,7 @@ from strands_slime.rollout.run_files import (
 from strands_slime.rollout.run_monitor import RunMonitor, failed, run_logging
 from strands_slime.rollout.run_summary import build_summary, write_summary
 
+T = TypeVar("T")
 DEMO_DATA = "demo_problems.jsonl"
 DEMO_SCRIPT = "demo_script.json"
 DEFAULT_MAX_FAILURE_RATE = 0.1
@@ -353,13 +355,41 @@ async def _resolve_tokenizer(options: RolloutOptions, model_info: dict[str, Any]
         return path
 
     try:
-        return await asyncio.to_thread(load)
+        return await _in_daemon_thread(load)
     except RolloutError:
         raise
     except Exception as exc:  # transformers raises OSError, ValueError, ... for a bad directory
         detail = " ".join(str(exc).split()) or type(exc).__name__  # transformers' advice spans lines
         hint = "; pass --tokenizer with a local tokenizer directory" if source != "--tokenizer" else ""
         raise RolloutError(f"cannot load the tokenizer {name!r} from {source}: {detail}{hint}") from exc
+
+
+async def _in_daemon_thread(function: Callable[[], T]) -> T:
+    """``function()`` in a daemon thread: a Ctrl-C during a long load (transformers' import and a
+    tokenizer take seconds, more on a busy machine) ends the run at once, where ``asyncio.to_thread``
+    would hold ``asyncio.run`` and the interpreter's exit until the load finished. What it loads is
+    cached for the process, so an abandoned load costs nothing more."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: Any, error: BaseException | None) -> None:
+        if future.done():  # the caller was cancelled
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+
+    def run() -> None:
+        try:
+            outcome: tuple[Any, BaseException | None] = (function(), None)
+        except BaseException as exc:
+            outcome = (None, exc)
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+            loop.call_soon_threadsafe(settle, *outcome)
+
+    threading.Thread(target=run, name="strands-slime-start-up", daemon=True).start()
+    return await future
 
 
 # --------------------------------------------------------------------------- results
