@@ -46,7 +46,6 @@ import pickle
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from strands_slime.aborts import wait_for
 from strands_slime.config import ConfigError, ExecutorConfig
 from strands_slime.ray_actors import (
     DEFAULT_RESOURCES,
@@ -177,7 +176,7 @@ class RayLink:
         """``ray.kill`` (an actor's episodes end with it), then wait until Ray reports it dead."""
         self.kill()
         with contextlib.suppress(asyncio.TimeoutError):
-            await wait_for(self._gone.wait(), grace_s)
+            await asyncio.wait_for(self._gone.wait(), grace_s)
 
     def release(self) -> None:
         """Nothing held on the loop: the actor handle goes with the link."""

@@ -28,7 +28,6 @@ import math
 import os
 from typing import Any, NamedTuple
 
-from strands_slime.aborts import wait_for
 from strands_slime.ray_actors import actor_gone_errors, actor_options, death_reason, one_line
 from strands_slime.sandbox.base import SandboxError, SandboxMisconfigured
 from strands_slime.sandbox.config import SandboxConfig
@@ -156,7 +155,7 @@ class RayBackend:
 
         member = _Member(self._actor_class.options(**self._options()).remote(self.config))
         try:
-            info = await wait_for(member.actor.start.remote(), self.config.start_timeout_s)
+            info = await asyncio.wait_for(member.actor.start.remote(), self.config.start_timeout_s)
         except asyncio.TimeoutError:
             ray.kill(member.actor, no_restart=True)
             raise SandboxMisconfigured(
@@ -182,7 +181,7 @@ class RayBackend:
                 return min(live, key=lambda m: m.inflight)
             self._ready.clear()
             try:
-                await wait_for(self._ready.wait(), self.config.start_timeout_s)
+                await asyncio.wait_for(self._ready.wait(), self.config.start_timeout_s)
             except asyncio.TimeoutError:
                 return None
         return None
