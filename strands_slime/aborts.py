@@ -6,6 +6,8 @@ such a flag: one poller per event loop reads every distinct flag while something
 cancels what waits under a flag that became true. The client, the sandboxed tool, the rollout's
 start-up and the episode executor all wait this way, so this module sits below all of them.
 
+:func:`wait_for` bounds a wait by a deadline without ever losing the caller's cancellation.
+
 A flag whose read raises is counted (``Runtime.counters["abort_check_failures"]``, logged as a rollout
 metric) and reported once per process instead of once per poll.
 """
@@ -14,13 +16,26 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from strands_slime.runtime import get_runtime
 
-__all__ = ["ABORT_BATCH", "ABORT_POLL_S", "AbortedError", "abort_check_failures", "run_abortable"]
+if sys.version_info >= (3, 11):
+    from asyncio import timeout
+else:  # pragma: no cover - aiohttp depends on async-timeout below 3.11
+    from async_timeout import timeout
+
+__all__ = [
+    "ABORT_BATCH",
+    "ABORT_POLL_S",
+    "AbortedError",
+    "abort_check_failures",
+    "run_abortable",
+    "wait_for",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -154,3 +169,16 @@ async def run_abortable(
         raise
     finally:
         watch.remove(abort_check, task)
+
+
+async def wait_for(awaitable: Awaitable[T], timeout_s: float | None) -> T:
+    """``await awaitable`` within ``timeout_s`` (``asyncio.TimeoutError`` after it), in the calling task.
+
+    ``asyncio.wait_for`` before Python 3.12 runs the awaitable in a task of its own and returns its
+    result when a cancellation arrives just as it finishes: the cancellation is lost, and because
+    ``Task.cancel`` hands it to what the task awaits, so is the cancellation of every task above (a
+    Ctrl-C'd rollout waited forever on a tool call that finished that way). Here nothing sits in
+    between: the cancellation reaches the caller whatever the awaitable did.
+    """
+    async with timeout(timeout_s):
+        return await awaitable

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.metadata
 import json
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -222,9 +223,11 @@ def _rollout(ns: argparse.Namespace, data: Path) -> int:
         if options.quiet:
             os.environ.setdefault("WANDB_SILENT", "true")
         wandb_run = start_run(options.out, ns.wandb_project, ns.wandb_run_name)
+    clear_status = _show_starting(options, data)
     try:
         summary = asyncio.run(run_rollout(options))
     except BaseException as exc:
+        clear_status()
         if wandb_run is not None:
             code = 128 + signal.SIGINT if isinstance(exc, KeyboardInterrupt) else EXIT_USAGE
             wandb_run.finish(exit_code=code)
@@ -238,6 +241,25 @@ def _rollout(ns: argparse.Namespace, data: Path) -> int:
 
         log_run(wandb_run, summary, options.out, report, code)
     return code
+
+
+def _show_starting(options: RolloutOptions, data: Path) -> Callable[[], None]:
+    """On a terminal, one line saying what the start-up does (reading the data, loading the tokenizer,
+    starting the sandbox and checking the server take seconds, more on a busy machine) until the progress
+    bar overwrites it; returns what erases it, for a message that comes instead of the bar. Elsewhere
+    (a log, a pipe) nothing: a refusal stays one line."""
+    stream = sys.stderr
+    if options.quiet or not stream.isatty():
+        return lambda: None
+    where = options.base_url or f"an embedded {options.backend} dev server"
+    stream.write(f"rollout: starting: {data} on {where} (data, tokenizer, sandbox, server)\r")
+    stream.flush()
+
+    def clear() -> None:
+        stream.write("\r\033[K")
+        stream.flush()
+
+    return clear
 
 
 def _report_outcome(options: RolloutOptions, summary: dict[str, Any]) -> int:
@@ -254,10 +276,12 @@ def _report_outcome(options: RolloutOptions, summary: dict[str, Any]) -> int:
         if summary["saved"]:
             print_failures(summary, options.out, sys.stderr)
         then = "--resume runs the rest and the failed samples again" if summary["saved"] else "run it again"
-        print(
-            f"error: stopped early: {summary['stopped']}; {saved}; once the server is healthy, {then}",
-            file=sys.stderr,
-        )
+        if summary.get("stopped_by_rejections"):
+            rejects = "the server rejects these requests (a bad request, not a sick server)"
+            then = f"{rejects}: fix what it names, then {then}"
+        else:
+            then = f"once the server is healthy, {then}"
+        print(f"error: stopped early: {summary['stopped']}; {saved}; {then}", file=sys.stderr)
         return EXIT_FAILED
     if not options.quiet:
         print_summary(summary, options.out, sys.stdout)
@@ -402,6 +426,7 @@ def _configs(name: str | None, path_only: bool) -> int:
 def build_parser() -> argparse.ArgumentParser:
     """The ``strands-slime`` parser and its subcommands (``serve`` and ``data`` parse their own flags)."""
     parser = ArgumentParser(prog="strands-slime", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"strands-slime {_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
     defaults = _DefaultsFormatter
     rollout = commands.add_parser(
@@ -464,6 +489,14 @@ def build_parser() -> argparse.ArgumentParser:
     configs.add_argument("name", nargs="?", help="e.g. strands_math.yaml; without it: list them")
     configs.add_argument("--path", action="store_true", help="print its path (for --custom-config-path)")
     return parser
+
+
+def _version() -> str:
+    """The installed distribution's version (a checkout run without installing has none)."""
+    try:
+        return importlib.metadata.version("strands-slime")
+    except importlib.metadata.PackageNotFoundError:
+        return "(not installed)"
 
 
 def _view(ns: argparse.Namespace) -> int:

@@ -21,6 +21,8 @@ import itertools
 import json
 import logging
 import math
+import re
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
@@ -226,6 +228,28 @@ def _pack(value: Any) -> str:
     return base64.b64encode(gzip.compress(raw, compresslevel=6, mtime=0)).decode("ascii")
 
 
+def distinctive_prompts(prompts: Sequence[str]) -> list[str]:
+    """Each prompt without the paragraph it shares with other prompts at its start or end (a dataset's
+    instruction, its answer-format reminder), marked ``… ``/`` …``: in the list, rows show what tells
+    them apart, not the same instruction again. A prompt that is nothing but shared text stays whole."""
+    paragraphs = {text: [p for p in re.split(r"\n\s*\n", text) if p.strip()] for text in set(prompts)}
+    heads = Counter(parts[0] for parts in paragraphs.values() if len(parts) > 1)
+    tails = Counter(parts[-1] for parts in paragraphs.values() if len(parts) > 1)
+    shown: dict[str, str] = {}
+    for text, parts in paragraphs.items():
+        start, end = 0, len(parts)
+        if end - start > 1 and heads[parts[0]] > 1:
+            start += 1
+        if end - start > 1 and tails[parts[-1]] > 1:
+            end -= 1
+        if (start, end) == (0, len(parts)):
+            shown[text] = text
+            continue
+        middle = "\n\n".join(parts[start:end])
+        shown[text] = ("… " if start else "") + middle + (" …" if end < len(parts) else "")
+    return [shown[text] for text in prompts]
+
+
 def token_texts(tokenizer: Any, ids: Iterable[int]) -> dict[str, str]:
     """``{id: text}`` for every distinct id, special tokens included, decoded one id at a time."""
     unique = sorted(set(ids))
@@ -270,6 +294,9 @@ def build_report(
             pending = []
     if pending:
         chunks.append(_pack(pending))
+    for row, shown in zip(rows, distinctive_prompts([row["pt"] for row in rows]), strict=True):
+        if shown != row["pt"]:
+            row["ps"] = shown  # the list's prompt cell; its tooltip and the search keep the whole prompt
     data = {
         "title": title,
         "summary": dict(summary) if summary else None,

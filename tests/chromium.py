@@ -1,7 +1,8 @@
 """A thin driver for headless Chromium over the DevTools protocol (a websocket, spoken by aiohttp).
 
 Used by the viewer's browser tests: open a file, evaluate JavaScript, take screenshots. Chromium
-comes from the Debian package (`apt-get install chromium`; `make test` installs it when it may).
+comes from the Debian package (`apt-get install chromium`; `make chromium` installs it, as root; CI's
+`.ci/run` calls it).
 """
 
 from __future__ import annotations

@@ -125,7 +125,14 @@ def test_data_config_and_tokenizer_errors_are_one_line(
     not_a_tokenizer = tmp_path / "empty"
     not_a_tokenizer.mkdir()
     message = _error_line(capsys, ["rollout", "--data", str(DEMO), "--tokenizer", str(not_a_tokenizer), *out])
-    assert f"cannot load the tokenizer '{not_a_tokenizer}' from --tokenizer" in message
+    assert message == (
+        f"error: the directory {not_a_tokenizer} from --tokenizer holds no tokenizer: none of "
+        "tokenizer.json, tokenizer_config.json, tokenizer.model, vocab.json is in it"
+    )
+    (not_a_tokenizer / "tokenizer_config.json").write_text("{}")
+    message = _error_line(capsys, ["rollout", "--data", str(DEMO), "--tokenizer", str(not_a_tokenizer), *out])
+    assert f"cannot load the tokenizer '{not_a_tokenizer}' from --tokenizer: " in message
+    assert "(3) an equivalent slow tokenizer class" in message, "transformers' whole message, on one line"
     with pytest.raises(Exception, match="not JSON"):  # --debug: the real exception and traceback
         main(["rollout", "--data", str(bad), "--debug", *out])
     assert not (tmp_path / "run").exists(), "a run that did not start leaves no --out folder"
@@ -714,3 +721,174 @@ async def test_resume_drops_a_torn_last_line_counts_its_own_throughput_and_refus
         RolloutOptions(data=DEMO, out=tmp_path, limit=3, n_samples=2, resume=True, quiet=True)
     )
     assert grown["samples"] == 6 and len(samples.read_text().splitlines()) == 6
+
+
+def test_a_look_alike_chat_format_is_refused_in_one_line_before_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    family_files = pytest.importorskip("family_files")
+    if family_files.package_data() is None:
+        pytest.skip(family_files.MISSING)
+    qwq = family_files.model_dir("qwq")
+    out = tmp_path / "r"
+    message = _error_line(
+        capsys, ["rollout", "--data", str(DEMO), "--tokenizer", str(qwq), "--out", str(out)]
+    )
+    assert message.startswith(
+        f"error: the tokenizer '{qwq}' from --tokenizer: the tokenizer's chat format is QwQ-32B"
+    )
+    assert not out.exists()
+
+
+def test_a_second_run_into_a_busy_out_is_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two runs into one --out would interleave their samples: the second is refused, naming the first,
+    and a run killed while holding the lock leaves no lock behind."""
+    from strands_slime.rollout.run_files import LOCK, RunDir
+
+    out = tmp_path / "r"
+    argv = ["rollout", "--data", str(DEMO), "--limit", "1", "--out", str(out), "--quiet"]
+    running = RunDir(out)
+    running.lock()
+    try:
+        message = _error_line(capsys, argv)
+        assert message.startswith(f"error: --out {out} is in use by another rollout (pid {os.getpid()} on ")
+        assert message.endswith("): wait for it to end, or pick another --out")
+        assert _error_line(capsys, [*argv, "--resume"]) == message, "--resume is refused alike"
+        # the run that took the lock after this one's check: refused when it opens the directory
+        with pytest.raises(RolloutError, match="is in use by another rollout"):
+            await_run(RolloutOptions(data=DEMO, out=out, limit=1, quiet=True), skip_validate=True)
+    finally:
+        running.release()
+    assert not (out / LOCK).exists()
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from pathlib import Path; from strands_slime.rollout.run_files import RunDir; "
+            "RunDir(Path(sys.argv[1])).lock(); print('locked', flush=True); time.sleep(120)",
+            str(out),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
+        assert f"(pid {holder.pid} on " in _error_line(capsys, argv)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert (out / LOCK).exists(), "a killed run leaves its lock file"
+    assert main(argv) == 0, "but not its lock"
+    assert len((out / "samples.jsonl").read_text().splitlines()) == 1 and not (out / LOCK).exists()
+
+
+def await_run(options: RolloutOptions, *, skip_validate: bool = False) -> dict[str, Any]:
+    """``run_rollout`` on a loop of its own (from a synchronous test); ``skip_validate`` stands for a run
+    whose check passed before another run took the directory."""
+    import asyncio
+
+    if skip_validate:
+        options.validate = lambda: None  # type: ignore[method-assign]
+    return asyncio.run(run_rollout(options))
+
+
+def test_resume_refuses_settings_that_change_what_samples_mean_and_announces_new_prompts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "problems.jsonl"
+    lines = DEMO.read_text().splitlines(keepends=True)
+    data.write_text("".join(lines[:1]))
+    out = tmp_path / "r"
+    argv = ["rollout", "--data", str(data), "--out", str(out), "--quiet"]
+    assert main(argv) == 0
+    assert json.loads((out / "run_settings.json").read_text())["temperature"] == 1.0
+    message = _error_line(capsys, [*argv, "--resume", "--temperature", "0.2", "--eval"])
+    assert message == (
+        f"error: --resume would mix samples of other settings into {out}: --temperature 0.2 (the run used "
+        "1.0); --eval on (the run used off); resume with the run's settings, or use another --out"
+    )
+    config = tmp_path / "config.yaml"
+    config.write_text("strands_slime:\n  max_tool_iters: 2\n  client:\n    max_retries: 3\n")
+    message = _error_line(capsys, [*argv, "--resume", "--config", str(config)])
+    assert "the rollout config (--config: max_tool_iters)" in message, "client settings change no sample"
+    # a run made before run_settings.json existed is checked against its summary
+    (out / "run_settings.json").unlink()
+    assert "--top-k 5 (the run used -1)" in _error_line(capsys, [*argv, "--resume", "--top-k", "5"])
+    data.write_text("".join(lines[:3]))
+    assert main([*argv[:-1], "--resume"]) == 0  # not --quiet: the note is no error
+    assert capsys.readouterr().err.strip().splitlines()[0] == (
+        f"note: {data} has 3 prompts, 1 when the run in {out} began: --resume runs the 2 new ones too"
+    )
+    assert len((out / "samples.jsonl").read_text().splitlines()) == 3
+
+
+def test_a_server_rejecting_every_request_stops_the_run_without_blaming_its_health(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(NO_RETRIES)
+    out = tmp_path / "r"
+    with DevServerThread("scripted", script=SCRIPT) as server:
+        server.inject_fault(status=400, count=10_000, message="max_new_tokens is too large")
+        argv = ["rollout", "--data", str(DEMO), "--base-url", server.url, "--config", str(config)]
+        assert main([*argv, "--n-samples", "2", "--concurrency", "3", "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    error = _lines_besides_the_progress_bar(err)[-1]
+    assert (
+        error.startswith("error: stopped early: the last 3 samples all failed (latest: ")
+        and "HTTP 400" in error
+    )
+    assert error.endswith(
+        "; the server rejects these requests (a bad request, not a sick server): fix what it names, then "
+        "--resume runs the rest and the failed samples again"
+    )
+    assert json.loads((out / "summary.json").read_text())["stopped_by_rejections"] is True
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib.metadata
+
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out == f"strands-slime {importlib.metadata.version('strands-slime')}\n"
+
+
+async def test_the_health_probe_waits_for_a_server_that_is_still_starting() -> None:
+    """``serve ... &`` then ``rollout``: the server may not listen yet when the probe starts."""
+    import asyncio
+
+    from strands_slime.rollout.offline import probe_server
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = DevServerThread("scripted", script=SCRIPT, port=port)
+
+    async def start_later() -> None:
+        await asyncio.sleep(0.5)
+        await asyncio.to_thread(server.start)
+
+    try:
+        info, _ = await asyncio.gather(probe_server(f"http://127.0.0.1:{port}", 60), start_later())
+    finally:
+        server.stop()
+    assert isinstance(info, dict)
+    with pytest.raises(RolloutError, match=r"is unreachable for 0.5 s \(--health-timeout\): "):
+        await probe_server(f"http://127.0.0.1:{port}", 0.5)
+
+
+def test_a_terminal_sees_the_start_up_until_the_bar_or_the_error_replaces_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    argv = ["rollout", "--data", str(DEMO), "--base-url", "http://127.0.0.1:9", "--health-timeout", "0.5"]
+    assert main([*argv, "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    status = f"rollout: starting: {DEMO} on http://127.0.0.1:9 (data, tokenizer, sandbox, server)\r"
+    assert err.startswith(status + "\r\033[K" + "error: server http://127.0.0.1:9 is unreachable for 0.5 s")
+    assert err.count("\n") == 1, "the error is still one line"
+    assert main([*argv, "--quiet", "--out", str(tmp_path / "r")]) == 2
+    assert capsys.readouterr().err.startswith("error: "), "--quiet: no status"

@@ -36,7 +36,7 @@ SCRIPT = DEMO.with_name("demo_script.json")
 CHROMIUM = find_chromium()
 needs_chromium = pytest.mark.skipif(
     CHROMIUM is None,
-    reason="chromium is not installed (`apt-get install chromium`; `make test` does it as root)",
+    reason="chromium is not installed (`apt-get install chromium`; `make chromium` does it as root)",
 )
 
 
@@ -492,3 +492,36 @@ async def test_report_of_10000_samples_is_compact_and_opens_fast(
             records[9999 % len(records)]["loss_mask"]
         )
         await page.screenshot(tmp_path / "large.png")
+
+
+def test_the_prompt_column_shows_what_tells_the_rows_apart() -> None:
+    """A dataset whose prompts share an instruction and a reminder (DAPO-math's): the list shows each
+    problem, marked where the shared text was left out; a prompt without shared text stays whole."""
+    instruction = "Solve the following math problem step by step. The last line is Answer: $Answer."
+    reminder = 'Remember to put your answer on its own line after "Answer:".'
+    problems = ["What is 2 + 2?", "Find the 10th prime.\n\nUse Python.", "What is 3 * 3?"]
+    prompts = [f"{instruction}\n\n{problem}\n\n{reminder}" for problem in problems]
+    prompts += [prompts[0], "A prompt of its own.", f"{instruction}\n\n"]
+    records = [
+        {"tokens": [1, 2], "loss_mask": [1], "response_length": 1, "prompt": prompt, "index": i}
+        for i, prompt in enumerate(prompts)
+    ]
+    rows = _embedded(build_report(records))["rows"]
+    assert [row["pt"] for row in rows] == prompts, "the tooltip and the search keep the whole prompt"
+    shown = [row.get("ps", row["pt"]) for row in rows]
+    assert shown == [
+        "… What is 2 + 2? …",
+        "… Find the 10th prime.\n\nUse Python. …",
+        "… What is 3 * 3? …",
+        "… What is 2 + 2? …",
+        "A prompt of its own.",
+        f"{instruction}\n\n",
+    ]
+
+
+def test_the_browser_tests_skip_message_names_what_installs_chromium() -> None:
+    root = Path(__file__).resolve().parents[1]
+    reason = needs_chromium.kwargs["reason"]
+    assert "`make chromium`" in reason and "make test" not in reason
+    assert "\nchromium:" in (root / "Makefile").read_text(), "the target the message names"
+    assert "make chromium" in (root / ".ci" / "run").read_text(), "CI asks for it"

@@ -54,7 +54,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, Protocol
 
-from strands_slime.aborts import run_abortable
+from strands_slime.aborts import run_abortable, wait_for
 from strands_slime.config import ConfigError, RolloutConfig
 from strands_slime.rollout import pacing
 from strands_slime.rollout.executor_wire import (
@@ -259,7 +259,7 @@ class _ProcessLink:
 
     async def death(self) -> str:
         try:
-            await asyncio.wait_for(self.process.wait(), _WORKER_EXIT_GRACE_S)
+            await wait_for(self.process.wait(), _WORKER_EXIT_GRACE_S)
         except asyncio.TimeoutError:  # closed its stdout but kept running
             self.kill()
             await self.process.wait()
@@ -268,7 +268,7 @@ class _ProcessLink:
     async def stop(self, grace_s: float) -> None:
         self.send("stop", encode(("stop",)))
         try:
-            await asyncio.wait_for(self.process.wait(), grace_s)
+            await wait_for(self.process.wait(), grace_s)
         except asyncio.TimeoutError:
             self.kill()
             await self.process.wait()
@@ -410,7 +410,7 @@ class EpisodeExecutor:
         worker.send("init", self._init_payload)
         timeout = self.config.executor.start_timeout_s
         try:
-            await asyncio.wait_for(asyncio.shield(worker.ready), timeout)
+            await wait_for(asyncio.shield(worker.ready), timeout)
         except asyncio.TimeoutError:
             link.kill()
             raise ConfigError(
@@ -633,7 +633,7 @@ class EpisodeExecutor:
                     f"{self.config.executor.start_timeout_s:g} s"
                 )
             self._worker_ready.clear()
-            wait = asyncio.ensure_future(asyncio.wait_for(self._worker_ready.wait(), remaining))
+            wait = asyncio.ensure_future(wait_for(self._worker_ready.wait(), remaining))
             with contextlib.suppress(asyncio.TimeoutError):
                 await run_abortable(wait, abort_check, "waiting for an executor worker")
 

@@ -17,14 +17,15 @@ import os
 import platform
 import signal
 import sys
+import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
 from urllib.parse import urlparse
 
 from strands_slime.episode_metadata import EpisodeMetadata
@@ -36,15 +37,36 @@ from strands_slime.rollout.run_files import (
     SamplesFileError,
     check_writable,
     refuse_earlier_results,
+    refuse_if_in_use,
 )
 from strands_slime.rollout.run_monitor import RunMonitor, failed, run_logging
 from strands_slime.rollout.run_summary import build_summary, write_summary
 
+T = TypeVar("T")
 DEMO_DATA = "demo_problems.jsonl"
 DEMO_SCRIPT = "demo_script.json"
 DEFAULT_MAX_FAILURE_RATE = 0.1
 DEFAULT_HEALTH_TIMEOUT_S = 5.0
 DEFAULT_UNHEALTHY_TIMEOUT_S = 300.0
+PROBE_RETRY_S = 0.25
+"""How often the health probe tries again a server that refuses connections (one starting up)."""
+MEANING_SETTINGS = {
+    "temperature": "--temperature",
+    "top_p": "--top-p",
+    "top_k": "--top-k",
+    "max_response_len": "--max-response-len",
+    "max_context_len": "--max-context-len",
+    "evaluation": "--eval",
+    "input_key": "--input-key",
+    "label_key": "--label-key",
+    "config": "--config",
+    "tokenizer": "--tokenizer",
+}
+"""The settings that change what a sample means: ``--resume`` refuses other values than the run's."""
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+"""A tokenizer directory holds one of these at least (Hugging Face's fast, config, SentencePiece, BPE)."""
+_CONFIG_NOT_MEANING = ("keep_transcript", "gc_tuning", "client", "executor")
+"""Rollout config sections that change how a run goes, not what its samples mean."""
 _VERSIONED_PACKAGES = ("strands-slime", "strands-agents", "transformers", "aiohttp", "slime", "sglang")
 
 
@@ -113,6 +135,7 @@ class RolloutOptions:
             raise RolloutError("--resume continues the samples in --out, --overwrite deletes them: pick one")
         try:
             check_writable(self.out)
+            refuse_if_in_use(self.out)
             if not self.resume and not self.overwrite:
                 refuse_earlier_results(self.out)
         except RunDirError as exc:
@@ -226,7 +249,9 @@ def sampling_params(options: RolloutOptions) -> dict[str, Any]:
 
 
 async def probe_server(url: str, timeout_s: float) -> dict[str, Any]:
-    """``GET /health`` then ``/model_info`` within ``timeout_s``: a dead URL fails in seconds, not after retries.
+    """``GET /health`` then ``/model_info`` within ``timeout_s``: a dead URL fails in seconds, not after
+    retries. A refused connection is tried again until then (a server started a moment ago, ``serve
+    ... &``, is not listening yet); an unhealthy answer or a silent server is not.
 
     Returns:
         The server's ``/model_info`` (empty when it has none: not every server implements it).
@@ -237,23 +262,33 @@ async def probe_server(url: str, timeout_s: float) -> dict[str, Any]:
     import aiohttp
 
     base = (url if "://" in url else f"http://{url}").rstrip("/")
-    timeout = aiohttp.ClientTimeout(total=timeout_s)
-    try:
-        async with aiohttp.ClientSession(timeout=timeout) as session:
-            async with session.get(f"{base}/health") as reply:
-                if reply.status != 200:
-                    raise RolloutError(
-                        f"server {base} is not healthy: GET /health answered HTTP {reply.status}"
-                    )
-            async with session.get(f"{base}/model_info") as reply:
-                if reply.status != 200:
-                    return {}
-                info = await reply.json(content_type=None)
-                return info if isinstance(info, dict) else {}
-    except asyncio.TimeoutError as exc:  # aiohttp's deadline; the builtin TimeoutError only from 3.11 on
-        raise RolloutError(f"server {base} did not answer GET /health within {timeout_s:g} s") from exc
-    except aiohttp.ClientError as exc:
-        raise RolloutError(f"server {base} is unreachable: {exc or type(exc).__name__}") from exc
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=max(left, 0.01))) as session:
+                async with session.get(f"{base}/health") as reply:
+                    if reply.status != 200:
+                        raise RolloutError(
+                            f"server {base} is not healthy: GET /health answered HTTP {reply.status}"
+                        )
+                async with session.get(f"{base}/model_info") as reply:
+                    if reply.status != 200:
+                        return {}
+                    info = await reply.json(content_type=None)
+                    return info if isinstance(info, dict) else {}
+        except asyncio.TimeoutError as exc:  # aiohttp's deadline; the builtin TimeoutError only from 3.11 on
+            raise RolloutError(f"server {base} did not answer GET /health within {timeout_s:g} s") from exc
+        except aiohttp.ClientConnectorError as exc:  # nothing listens there (yet)
+            if deadline - time.monotonic() > PROBE_RETRY_S:
+                await asyncio.sleep(PROBE_RETRY_S)
+                continue
+            raise RolloutError(
+                f"server {base} is unreachable for {timeout_s:g} s (--health-timeout): "
+                f"{exc or type(exc).__name__}"
+            ) from exc
+        except aiohttp.ClientError as exc:
+            raise RolloutError(f"server {base} is unreachable: {exc or type(exc).__name__}") from exc
 
 
 @contextlib.asynccontextmanager
@@ -279,9 +314,14 @@ async def _server(options: RolloutOptions) -> AsyncIterator[str]:
         await server.__aexit__(None, None, None)
 
 
-async def _resolve_tokenizer(options: RolloutOptions, model_info: dict[str, Any]) -> str:
-    """``--tokenizer``, else what the server reports, else the bundled Qwen3; loaded once to fail early."""
+async def _resolve_tokenizer(options: RolloutOptions, model_info: dict[str, Any], config: Any) -> str:
+    """``--tokenizer``, else what the server reports, else the bundled Qwen3; loaded once, and its chat
+    format recognised as the episodes will (``config``'s family and template), to fail early: a
+    look-alike we cannot append to is one line before the run, not a traceback from its first episode."""
+    from strands_slime.provider.chat import get_templater
+    from strands_slime.provider.chat_families import UnsupportedChatTemplate
     from strands_slime.provider.tokenizer import load_tokenizer, resolve_tokenizer_path
+    from strands_slime.rollout.startup import chat_template
 
     name = options.tokenizer
     source = "--tokenizer"
@@ -292,20 +332,64 @@ async def _resolve_tokenizer(options: RolloutOptions, model_info: dict[str, Any]
             raise RolloutError("the server does not report its tokenizer (/model_info); pass --tokenizer")
 
     def load() -> str:
-        if name and name.startswith(("/", ".", "~")) and not Path(name).expanduser().exists():
-            raise RolloutError(f"the tokenizer directory {name} from {source} does not exist")
+        if name and name.startswith(("/", ".", "~")):
+            folder = Path(name).expanduser()
+            if not folder.exists():
+                raise RolloutError(f"the tokenizer directory {name} from {source} does not exist")
+            if folder.is_dir() and not any((folder / file).exists() for file in TOKENIZER_FILES):
+                raise RolloutError(
+                    f"the directory {name} from {source} holds no tokenizer: none of "
+                    f"{', '.join(TOKENIZER_FILES)} is in it"
+                )
         path = resolve_tokenizer_path(name)
-        load_tokenizer(path)
+        tokenizer = load_tokenizer(path)
+        try:
+            get_templater(
+                tokenizer,
+                chat_template=chat_template(config),
+                enable_thinking=config.enable_thinking,
+                chat_family=config.chat_family,
+            )
+        except UnsupportedChatTemplate as exc:
+            raise RolloutError(f"the tokenizer {name or path!r} from {source}: {exc}") from exc
         return path
 
     try:
-        return await asyncio.to_thread(load)
+        return await _in_daemon_thread(load)
     except RolloutError:
         raise
     except Exception as exc:  # transformers raises OSError, ValueError, ... for a bad directory
-        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        detail = " ".join(str(exc).split()) or type(exc).__name__  # transformers' advice spans lines
         hint = "; pass --tokenizer with a local tokenizer directory" if source != "--tokenizer" else ""
         raise RolloutError(f"cannot load the tokenizer {name!r} from {source}: {detail}{hint}") from exc
+
+
+async def _in_daemon_thread(function: Callable[[], T]) -> T:
+    """``function()`` in a daemon thread: a Ctrl-C during a long load (transformers' import and a
+    tokenizer take seconds, more on a busy machine) ends the run at once, where ``asyncio.to_thread``
+    would hold ``asyncio.run`` and the interpreter's exit until the load finished. What it loads is
+    cached for the process, so an abandoned load costs nothing more."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: Any, error: BaseException | None) -> None:
+        if future.done():  # the caller was cancelled
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+
+    def run() -> None:
+        try:
+            outcome: tuple[Any, BaseException | None] = (function(), None)
+        except BaseException as exc:
+            outcome = (None, exc)
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+            loop.call_soon_threadsafe(settle, *outcome)
+
+    threading.Thread(target=run, name="strands-slime-start-up", daemon=True).start()
+    return await future
 
 
 # --------------------------------------------------------------------------- results
@@ -442,14 +526,24 @@ async def run_rollout(options: RolloutOptions) -> dict[str, Any]:
         RolloutError: bad options, output directory, data, config, tokenizer or server, or a
             ``--resume`` file that is not this run's; all are found before anything is written.
     """
+    options.validate()
+    run_dir = RunDir(options.out)
+    try:
+        return await _run(options, run_dir)
+    except BaseException:  # a refusal, a configuration error found by the first episode, a cancellation
+        run_dir.discard_if_unused()  # what it created, when nothing was saved (a few small files)
+        raise
+    finally:
+        run_dir.release()
+
+
+async def _run(options: RolloutOptions, run_dir: RunDir) -> dict[str, Any]:
     from strands_slime import config as config_module
     from strands_slime.reward.dapo import reward_func
     from strands_slime.rollout.episode import generate
     from strands_slime.rollout.executor import shutdown_executors
     from strands_slime.rollout.slime_compat import sample_class, status_name
 
-    options.validate()
-    run_dir = RunDir(options.out)
     rows, lines, finished = await asyncio.to_thread(_read_inputs, options, run_dir)
     retry = _check_resumable(finished, rows, options)
     records = [record for number, record in finished if number not in retry]
@@ -461,10 +555,14 @@ async def run_rollout(options: RolloutOptions) -> dict[str, Any]:
         config = config_module.get_rollout_config(slime_args(options, "http://127.0.0.1:0", None))
     except config_module.ConfigError as exc:
         raise RolloutError(str(exc)) from exc
-    tokenizer = await _resolve_tokenizer(options, {}) if options.tokenizer or not options.base_url else None
+    local = options.tokenizer or not options.base_url
+    tokenizer = await _resolve_tokenizer(options, {}, config) if local else None
     async with _server(options) as url:
         model_info = await probe_server(url, options.health_timeout_s)
-        tokenizer = tokenizer or await _resolve_tokenizer(options, model_info)
+        tokenizer = tokenizer or await _resolve_tokenizer(options, model_info, config)
+        settings = _meaning_settings(options, config, tokenizer, prompts=len(rows))
+        if options.resume:
+            _check_same_settings(run_dir, settings, options)
         args = slime_args(options, url, tokenizer)
         args.strands_slime = config
         if options.keep_transcript and not config.keep_transcript:
@@ -485,9 +583,19 @@ async def run_rollout(options: RolloutOptions) -> dict[str, Any]:
         )
         stop = _RunStop(abort_event)
         ran: list[dict[str, Any]] = []
-        output = run_dir.open_for_run(overwrite=options.overwrite, retry_lines=retry, lines=lines)
+        try:
+            run_dir.lock()
+        except RunDirError as exc:  # a run started since the check in validate()
+            raise RolloutError(str(exc)) from exc
         started = time.perf_counter()
-        with output, run_logging(options.out / LOG, monitor):
+        # from here a signal stops the run with its summary (earlier, asyncio.run's own handler ends it
+        # before anything is written); episodes made after it see the abort and do not start
+        with (
+            stop.installed(),
+            run_dir.open_for_run(overwrite=options.overwrite, retry_lines=retry, lines=lines) as output,
+            run_logging(options.out / LOG, monitor),
+        ):
+            run_dir.record_settings(settings)
 
             async def one(group_index: int, k: int) -> None:
                 row = rows[group_index]
@@ -517,13 +625,14 @@ async def run_rollout(options: RolloutOptions) -> dict[str, Any]:
             stop.tasks = [asyncio.create_task(one(g, k)) for g, k in todo]
             watcher = asyncio.create_task(_watch(monitor, stop))
             try:
-                with stop.installed():
-                    results = await asyncio.gather(*stop.tasks, return_exceptions=True)
+                results = await asyncio.gather(*stop.tasks, return_exceptions=True)
             finally:  # also after SIGINT/SIGTERM: no episode executor worker outlives the run
                 watcher.cancel()
                 monitor.close()
                 await shutdown_executors()
         for result in results:
+            if isinstance(result, config_module.ConfigError):  # every episode would fail alike
+                raise RolloutError(str(result)) from result
             if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
                 raise result
     wall = time.perf_counter() - started
@@ -531,6 +640,7 @@ async def run_rollout(options: RolloutOptions) -> dict[str, Any]:
     summary = build_summary(options, rows, records, ran, wall, params, config, tokenizer, package_versions())
     summary["interrupted"] = stop.signal_name
     summary["stopped"] = stop.reason
+    summary["stopped_by_rejections"] = stop.reason is not None and monitor.stopped_by_rejections
     summary["saved"] = not await asyncio.to_thread(run_dir.discard_if_unused)
     if summary["saved"]:
         await asyncio.to_thread(write_summary, options.out, summary)
@@ -573,6 +683,71 @@ def _check_resumable(
         if failed(record):
             retry.add(number)
     return retry
+
+
+def _meaning_settings(
+    options: RolloutOptions, config: Any, tokenizer: str, *, prompts: int
+) -> dict[str, Any]:
+    """:data:`MEANING_SETTINGS` of this run (the config as JSON), with the dataset's size."""
+    values: dict[str, Any] = {key: getattr(options, key, None) for key in MEANING_SETTINGS}
+    dumped = config.model_dump(mode="json") if hasattr(config, "model_dump") else {}
+    values["config"] = {key: value for key, value in dumped.items() if key not in _CONFIG_NOT_MEANING}
+    values["tokenizer"] = tokenizer
+    return {**json.loads(json.dumps(values, default=str)), "data": str(options.data), "prompts": prompts}
+
+
+def _check_same_settings(run_dir: RunDir, settings: dict[str, Any], options: RolloutOptions) -> None:
+    """Refuse a resume whose samples would mean something else than the run's, naming each setting;
+    say so when the dataset grew since (its new prompts are run too).
+
+    Raises:
+        RolloutError: a :data:`MEANING_SETTINGS` value differs from the one the run recorded.
+    """
+    recorded = run_dir.recorded_settings()
+    if recorded is None:  # samples of a run that recorded nothing (or its files are unreadable)
+        return
+    if isinstance(recorded.get("config"), dict):  # a summary.json holds the whole config
+        recorded["config"] = {k: v for k, v in recorded["config"].items() if k not in _CONFIG_NOT_MEANING}
+    differ = []
+    for key, flag in MEANING_SETTINGS.items():
+        if key not in recorded or recorded[key] == settings[key]:
+            continue
+        if key == "config":
+            keys = sorted(_differing_keys(recorded[key], settings[key]))
+            differ.append(f"the rollout config ({flag}: {', '.join(keys) or 'its content'})")
+        else:
+            differ.append(f"{flag} {_shown(settings[key])} (the run used {_shown(recorded[key])})")
+    if differ:
+        raise RolloutError(
+            f"--resume would mix samples of other settings into {options.out}: {'; '.join(differ)}; "
+            "resume with the run's settings, or use another --out"
+        )
+    before = recorded.get("prompts")
+    if isinstance(before, int) and settings["prompts"] > before and not options.quiet:
+        grown = settings["prompts"] - before
+        print(
+            f"note: {options.data} has {settings['prompts']} prompts, {before} when the run in {options.out} "
+            f"began: --resume runs the {grown} new one{'s' if grown != 1 else ''} too",
+            file=sys.stderr,
+        )
+
+
+def _differing_keys(old: Any, new: Any, prefix: str = "") -> list[str]:
+    """The dotted keys whose values differ between two JSON values."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        keys = sorted(set(old) | set(new))
+        return [
+            found for key in keys for found in _differing_keys(old.get(key), new.get(key), f"{prefix}{key}.")
+        ]
+    return [prefix.rstrip(".")] if old != new else []
+
+
+def _shown(value: Any) -> str:
+    if value is None:
+        return "unset"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return str(value)
 
 
 def _append(output: TextIO, record: dict[str, Any]) -> None:

@@ -2,17 +2,24 @@
 
 A run appends each finished sample to ``samples.jsonl`` at once. Next to it: ``summary.json`` and
 ``summary.md``, ``report.html`` (``strands-slime view``), ``rollout.log`` (every warning, with the
-details of each failed episode) and ``failed_attempts.jsonl`` (earlier failed attempts of samples a
-resumed run ran again). Results are never overwritten unasked: a directory that holds samples is
-continued (``--resume``), started over (``--overwrite``) or refused, and nothing is created or deleted
-before the run has passed its checks and found its server.
+details of each failed episode), ``failed_attempts.jsonl`` (earlier failed attempts of samples a
+resumed run ran again) and ``run_settings.json`` (what ``--resume`` must match). Results are never
+overwritten unasked: a directory that holds samples is continued (``--resume``), started over
+(``--overwrite``) or refused, and nothing is created or deleted before the run has passed its checks
+and found its server. One run at a time writes a directory: it holds ``.rollout.lock`` (an ``flock``,
+which the system drops when the process dies, so the lock of a killed run is no lock) while it
+writes, and a second run is refused in one line naming the first.
 """
 
 from __future__ import annotations
 
+import datetime
+import fcntl
 import json
 import os
+import socket
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
@@ -23,7 +30,16 @@ SUMMARY_MD = "summary.md"
 REPORT = "report.html"
 LOG = "rollout.log"
 FAILED_ATTEMPTS = "failed_attempts.jsonl"
-RUN_FILES = (SAMPLES, SUMMARY_JSON, SUMMARY_MD, REPORT, LOG, FAILED_ATTEMPTS)
+SETTINGS = "run_settings.json"
+"""The settings that give the samples their meaning (sampling, rollout config, tokenizer) and the dataset's
+size, written when a run starts: ``--resume`` compares them."""
+LOCK = ".rollout.lock"
+"""Held (``flock``) by the run writing the directory; it names that run (pid, host, start)."""
+_LOCK_TRIES = 5
+"""Attempts to take the lock, :data:`_LOCK_RETRY_S` apart: another run's :func:`refuse_if_in_use` holds it
+shared for an instant."""
+_LOCK_RETRY_S = 0.02
+RUN_FILES = (SAMPLES, SUMMARY_JSON, SUMMARY_MD, REPORT, LOG, FAILED_ATTEMPTS, SETTINGS)
 """What a run writes; ``--overwrite`` deletes exactly these (a ``wandb/`` folder or the user's own
 files stay)."""
 
@@ -60,6 +76,32 @@ def check_writable(out: Path) -> None:
         raise RunDirError(
             f"--out {out} is not writable: cannot create files {where} ({exc.strerror})"
         ) from exc
+
+
+def refuse_if_in_use(out: Path) -> None:
+    """Refuse an ``--out`` another run is writing now (checked before anything starts; the run takes the
+    lock itself when it opens the directory).
+
+    Raises:
+        RunDirError: a live run holds ``out/.rollout.lock``; the message names it.
+    """
+    try:
+        handle = (out / LOCK).open("rb")
+    except OSError:  # no lock file (or no directory): nobody writes there
+        return
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RunDirError(_in_use(out, handle.read().decode(errors="replace"))) from None
+        fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _in_use(out: Path, holder: str) -> str:
+    return (
+        f"--out {out} is in use by another rollout ({holder.strip() or 'a process starting now'}): "
+        "wait for it to end, or pick another --out"
+    )
 
 
 def count_samples(out: Path) -> int:
@@ -145,18 +187,19 @@ class RunDir:
         self.samples = out / SAMPLES
         self._created_dirs: list[Path] = []  # the folders this run made, deepest first
         self._created: list[Path] = []
+        self._lock: int | None = None  # the descriptor holding .rollout.lock
 
     def open_for_run(
         self, *, overwrite: bool, retry_lines: set[int] | None = None, lines: SampleLines | None = None
     ) -> TextIO:
-        """Create the directory if needed, apply ``--overwrite`` (delete the run files) or a resume's
-        reading of ``samples.jsonl`` (``lines``: its torn tail is cut; ``retry_lines`` move to
-        ``failed_attempts.jsonl``), and open ``samples.jsonl`` for appending."""
-        missing = self.out
-        while not missing.exists():
-            self._created_dirs.append(missing)
-            missing = missing.parent
-        self.out.mkdir(parents=True, exist_ok=True)
+        """Create the directory if needed and lock it (:meth:`lock`), apply ``--overwrite`` (delete the
+        run files) or a resume's reading of ``samples.jsonl`` (``lines``: its torn tail is cut;
+        ``retry_lines`` move to ``failed_attempts.jsonl``), and open ``samples.jsonl`` for appending.
+
+        Raises:
+            RunDirError: another run holds the lock.
+        """
+        self.lock()
         if overwrite:
             for name in RUN_FILES:
                 (self.out / name).unlink(missing_ok=True)
@@ -164,10 +207,83 @@ class RunDir:
             lines.cut_torn_tail()
         if retry_lines:
             self._move_lines(retry_lines)
-        for name in (SAMPLES, LOG):
+        for name in (SAMPLES, LOG, SETTINGS):
             if not (self.out / name).exists():
                 self._created.append(self.out / name)
         return self.samples.open("a", encoding="utf-8")
+
+    def recorded_settings(self) -> dict[str, Any] | None:
+        """The settings an earlier run recorded (``run_settings.json``, else those in ``summary.json`` of a
+        run made before that file existed); None when neither is readable."""
+        for name in (SETTINGS, SUMMARY_JSON):
+            try:
+                recorded = json.loads((self.out / name).read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue
+            if not isinstance(recorded, dict):
+                continue
+            if name == SUMMARY_JSON:
+                options = recorded.get("options") or {}
+                recorded = {
+                    **options,
+                    "config": recorded.get("config"),
+                    "tokenizer": recorded.get("tokenizer"),
+                    "prompts": recorded.get("prompts"),
+                }
+            return recorded
+        return None
+
+    def record_settings(self, settings: dict[str, Any]) -> None:
+        """Write ``run_settings.json`` (replacing an earlier run's: a resume checked they agree)."""
+        (self.out / SETTINGS).write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
+
+    def lock(self) -> None:
+        """Hold ``.rollout.lock`` (creating the directory, as :meth:`open_for_run` would) until
+        :meth:`release`, writing who holds it for a refused run's message.
+
+        Raises:
+            RunDirError: another live run holds it.
+        """
+        if self._lock is not None:
+            return
+        missing = self.out
+        while not missing.exists():
+            self._created_dirs.append(missing)
+            missing = missing.parent
+        self.out.mkdir(parents=True, exist_ok=True)
+        path = self.out / LOCK
+        for attempt in range(_LOCK_TRIES):
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 4096, 0).decode(errors="replace")
+                os.close(fd)
+                if attempt + 1 == _LOCK_TRIES:
+                    raise RunDirError(_in_use(self.out, holder)) from None
+                time.sleep(_LOCK_RETRY_S)
+                continue
+            try:
+                same_file = os.fstat(fd).st_ino == os.stat(path).st_ino
+            except FileNotFoundError:  # the last holder removed it as we opened it
+                same_file = False
+            if not same_file:
+                os.close(fd)
+                continue
+            since = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}, since {since}\n".encode(), 0)
+            self._lock = fd
+            return
+        raise RunDirError(_in_use(self.out, ""))
+
+    def release(self) -> None:
+        """Let the directory's lock go (and remove its file): another run may write here now."""
+        if self._lock is None:
+            return
+        (self.out / LOCK).unlink(missing_ok=True)
+        os.close(self._lock)  # closing drops the flock
+        self._lock = None
 
     def _move_lines(self, numbers: set[int]) -> None:
         """Append the given lines to ``failed_attempts.jsonl``, then replace ``samples.jsonl`` by the
@@ -189,6 +305,7 @@ class RunDir:
         nothing else is in them). Returns whether it did."""
         if count_samples(self.out):
             return False
+        self.release()
         for path in self._created:
             path.unlink(missing_ok=True)
         for folder in self._created_dirs:

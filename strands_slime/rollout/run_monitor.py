@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import sys
 import time
 from collections import Counter
@@ -40,6 +41,13 @@ logger = logging.getLogger(__name__)
 def failed(record: dict[str, Any]) -> bool:
     """Whether a ``samples.jsonl`` record is an infrastructure failure (``--resume`` runs it again)."""
     return record.get("status") == "failed" or bool(record.get("remove_sample"))
+
+
+def rejected(reason: str) -> bool:
+    """Whether a failure reason is the server refusing the request itself (HTTP 4xx but 408/429): a bad
+    request, which fails again however healthy the server is."""
+    match = re.search(r"\bHTTP (4\d\d)\b", reason)
+    return match is not None and match.group(1) not in ("408", "429")
 
 
 def failure_reason(record: dict[str, Any]) -> str:
@@ -96,6 +104,8 @@ class RunMonitor:
         self.last_error = ""
         self._last_said = 0.0
         self.stop_reason: str | None = None
+        self.stopped_by_rejections = False
+        """The early stop came from requests the server rejects (a bad request, not a sick server)."""
         self.progress = tqdm(total=total, initial=done, desc="rollout", unit="sample", disable=quiet)
 
     # ------------------------------------------------------------------ events
@@ -110,6 +120,7 @@ class RunMonitor:
             self.failures_in_a_row += 1
             if self.failures_in_a_row >= self.window and self.finished < self.todo and not self.stop_reason:
                 self.stop_reason = f"the last {self.failures_in_a_row} samples all failed (latest: {reason})"
+                self.stopped_by_rejections = rejected(reason)
         else:
             self.failures_in_a_row = 0
             self._succeeded()

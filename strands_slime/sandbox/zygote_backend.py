@@ -30,6 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from strands_slime.aborts import wait_for
 from strands_slime.sandbox.base import SandboxError
 from strands_slime.sandbox.config import SandboxConfig
 from strands_slime.sandbox.pipes import ControlChannel, OutputCapture, StatusReader, send_with_fds
@@ -355,7 +356,7 @@ class ZygoteBackend:
         }
         self._send(init, [])
         try:
-            ready = await asyncio.wait_for(asyncio.shield(self._ready), cfg.start_timeout_s)
+            ready = await wait_for(asyncio.shield(self._ready), cfg.start_timeout_s)
         except asyncio.TimeoutError as exc:
             raise SandboxError(f"sandbox zygote did not start within {cfg.start_timeout_s} s") from exc
         self.capabilities = ready["capabilities"]
@@ -379,7 +380,7 @@ class ZygoteBackend:
             self._send({"op": "shutdown"}, [])
             if lost is not None:
                 with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(lost.wait(), 5.0)
+                    await wait_for(lost.wait(), 5.0)
             self._on_zygote_lost("sandbox closed")
         self._launcher.stop()
 
@@ -543,7 +544,7 @@ class ZygoteBackend:
             if loop is not self._loop:
                 raise RuntimeError("a Sandbox must be used from the event loop that started it")
             try:
-                pid, worker_sock = await asyncio.wait_for(self._acquire_worker(), self.config.start_timeout_s)
+                pid, worker_sock = await wait_for(self._acquire_worker(), self.config.start_timeout_s)
             except asyncio.TimeoutError as exc:
                 raise SandboxError("no sandbox worker became available") from exc
             try:
@@ -637,7 +638,7 @@ class ZygoteBackend:
         item = _PendingExecution(answer, stdout, stderr, status)
         self._pending[call_id] = item
         try:
-            source = await asyncio.wait_for(asyncio.shield(finished), timeout_s + ANSWER_GRACE_S)
+            source = await wait_for(asyncio.shield(finished), timeout_s + ANSWER_GRACE_S)
             if source == "zygote":
                 # asyncio.wait, not wait_for(gather): a cancelled call (slime's abort) must not leave a
                 # gathering future whose late exception nobody retrieves
