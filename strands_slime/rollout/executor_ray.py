@@ -57,6 +57,7 @@ import warnings
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, NamedTuple
 
+from strands_slime.aborts import wait_for
 from strands_slime.config import ConfigError, ExecutorConfig, RolloutConfig
 from strands_slime.ray_actors import (
     DEFAULT_RESOURCES,
@@ -289,9 +290,7 @@ class RayLink:
         state = "hung or unreachable"
         if self.node_id is not None:
             with contextlib.suppress(Exception):
-                state = await asyncio.wait_for(
-                    asyncio.to_thread(_node_state, self.node_id), _GCS_QUERY_TIMEOUT_S * 2
-                )
+                state = await wait_for(asyncio.to_thread(_node_state, self.node_id), _GCS_QUERY_TIMEOUT_S * 2)
         if state.startswith("dead"):
             return "Ray: its node has died" + state.removeprefix("dead")
         last = f"; last error: {self._unreachable}" if self._unreachable else ""
@@ -311,7 +310,7 @@ class RayLink:
         """``ray.kill`` (an actor's episodes end with it), then wait until Ray reports it dead."""
         self.kill()
         with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._gone.wait(), grace_s)
+            await wait_for(self._gone.wait(), grace_s)
         if not self._gone.is_set():  # a frozen node never reports: stop waiting for it
             self._die("Ray: killed by the executor")
 

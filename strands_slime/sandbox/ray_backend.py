@@ -34,6 +34,7 @@ import math
 import os
 from typing import Any, NamedTuple
 
+from strands_slime.aborts import wait_for
 from strands_slime.ray_actors import (
     actor_gone_errors,
     actor_options,
@@ -198,7 +199,7 @@ class RayBackend:
         options = await asyncio.to_thread(self._options)
         member = _Member(self._actor_class.options(**options).remote(self.config))
         try:
-            info = await asyncio.wait_for(member.actor.start.remote(), self.config.start_timeout_s)
+            info = await wait_for(member.actor.start.remote(), self.config.start_timeout_s)
         except asyncio.TimeoutError:
             ray.kill(member.actor, no_restart=True)
             raise SandboxMisconfigured(
@@ -253,7 +254,7 @@ class RayBackend:
                 return min(live, key=lambda m: m.inflight)
             self._ready.clear()
             try:
-                await asyncio.wait_for(self._ready.wait(), self.config.start_timeout_s)
+                await wait_for(self._ready.wait(), self.config.start_timeout_s)
             except asyncio.TimeoutError:
                 return None
         return None
@@ -276,7 +277,7 @@ class RayBackend:
         member.inflight += 1
         ref = member.actor.execute.remote(code, timeout_s, cpu_s)
         try:
-            return await asyncio.wait_for(asyncio.wrap_future(ref.future()), deadline)
+            return await wait_for(asyncio.wrap_future(ref.future()), deadline)
         except asyncio.CancelledError:
             ray.cancel(ref)
             raise
