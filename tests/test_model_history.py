@@ -242,5 +242,10 @@ def test_the_plugin_registers_its_hooks_through_the_agents_public_api(qwen3_toke
     model = SGLangModel(tokenizer=qwen3_tokenizer, base_url="http://127.0.0.1:9")
     plugin = model.plugin()
     assert plugin.hooks == [] and plugin.tools == []
-    assert set(vars(plugin)) == {"model", "_hooks", "_tools"}, "only what Plugin.__init__ itself sets"
+    assert set(vars(plugin)) == {"model"}, "no attribute of Strands' Plugin set from outside"
+    from strands.plugins._discovery import discover_hooks, discover_tools
+
+    assert discover_hooks(plugin, plugin.name) == [] and discover_tools(plugin, plugin.name) == [], (
+        "nothing for Plugin.__init__'s discovery to find, so skipping it loses nothing"
+    )
     # what the hooks do (a malformed call answered, an edited history found) is tested with real agents

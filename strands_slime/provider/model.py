@@ -134,8 +134,7 @@ class SGLangModel(Model):
         """This model's part of the episode's record: trajectory, closed segments, cut call, counters."""
         self.window = ContextWindow()
         self.history = EpisodeHistory()
-        self.reset()
-        self.saved = SavedEpisode(adopt=True)
+        self._start_episode(adopt_saved=True)
 
     def plugin(self) -> TITOPlugin:
         """The Strands plugin the agent driving this model needs: ``Agent(..., plugins=[model.plugin()])``
@@ -148,10 +147,15 @@ class SGLangModel(Model):
         """Start a new episode: empty trajectory, counters and tool-call bookkeeping; the model is free
         for any agent again (and does not resume what an agent's ``model_state`` holds)."""
         self.lane.reset()
+        self._start_episode(adopt_saved=False)
+
+    def _start_episode(self, adopt_saved: bool) -> None:
+        """Fresh bookkeeping for an episode (``adopt_saved``: a new model follows what an agent's
+        ``model_state`` holds; a reset one starts over)."""
         self.history = EpisodeHistory(attached=self.history.attached)
         self.calls = ToolCallBook()
         self.renderer = PromptRenderer()
-        self.saved = SavedEpisode(adopt=False)
+        self.saved = SavedEpisode(adopt=adopt_saved)
         self.last_reply: Reply | None = None
         """The latest reply, episode turn or side call (what :meth:`structured_output` reads)."""
         self.last_output_text: str | None = None
