@@ -151,8 +151,8 @@ def _checked_numpy(ids: Any, vocab_size: int | None, window: slice) -> Any:
 def _check_range(values: Any, vocab_size: int | None, window: slice) -> None:
     numpy = _numpy()
     part = values[window]
-    if not len(part):
-        return
+    if not len(part) or (part.min() >= 0 and (vocab_size is None or part.max() < vocab_size)):
+        return  # every turn: two reductions, no temporary arrays
     bad = part < 0
     if vocab_size is not None:
         bad |= part >= vocab_size
