@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -130,7 +130,7 @@ class EpisodeHistory:
         """Whether calls from ``agent``'s loop are this episode's (it is free, or ``agent``'s)."""
         return self.agent is None or self.agent() is agent
 
-    def is_side_call(self, agent: Any, fingerprint: tuple[Any, ...]) -> bool:
+    def is_side_call(self, agent: Any, fingerprint: Callable[[], tuple[Any, ...]]) -> bool:
         """Whether a call is served outside the episode. An agent loop's call is the episode's (the first
         binds the episode to its agent; another agent's is refused). A call from no agent loop (Strands'
         summarizer calls ``model.stream`` directly) is a side call once an agent holds the episode or has
@@ -153,7 +153,7 @@ class EpisodeHistory:
             )
         if self.agent is not None or len(self.attached):
             return True
-        return bool(self.outputs) and fingerprint != self.tools_fingerprint
+        return bool(self.outputs) and fingerprint() != self.tools_fingerprint
 
     # ------------------------------------------------------------------ where the plugin cuts a call
 

@@ -330,7 +330,7 @@ class SGLangModel(Model):
         if agent is not None and self.history.serves(agent):
             self.saved.follow(self, kwargs.get("model_state"))
         request = (tool_choice, tool_specs, system_prompt, kwargs)
-        if self.history.is_side_call(agent, fingerprint(tool_specs, system_prompt)):
+        if self.history.is_side_call(agent, lambda: fingerprint(tool_specs, system_prompt)):
             events = await self._side_call(messages, request)
         else:
             events = await self._turn(messages, agent, request)

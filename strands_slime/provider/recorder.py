@@ -116,11 +116,6 @@ class Lane:
             return list(self.closed)
         return [*self.closed, self.trajectory]
 
-    @property
-    def sampled_outputs(self) -> int:
-        """Outputs in the trajectory and the closed segments (each trained exactly once)."""
-        return self.trajectory.num_outputs + sum(t.num_outputs for t in self.closed)
-
     # ------------------------------------------------------------------ a call an abort cut short
 
     def continue_output(self, prompt_ids: Sequence[int], output_ids: Any, logprobs: Any) -> None:

@@ -59,12 +59,12 @@ class ToolCallBook:
 
 @dataclass
 class Reply:
-    """One parsed reply: its events, what the history will hold of it, and the chat-template view."""
+    """One parsed reply: what the history will hold of it and the chat-template view (the model keeps the
+    latest; its stream events are handed out, not kept)."""
 
     text: str
     parsed: ParsedOutput
     finish: str
-    events: list[StreamEvent]
     signature: tuple[Any, ...]
     assistant: dict[str, Any]
     constraint: str | None = None
@@ -79,8 +79,8 @@ def reply(
     opened_reasoning: bool,
     book: ToolCallBook | None,
     stats: ModelStats,
-) -> Reply:
-    """The reply as Strands stream events (the usage event is the caller's). ``book`` gives an episode
+) -> tuple[Reply, list[StreamEvent]]:
+    """The reply, and its Strands stream events (the usage event is the caller's). ``book`` gives an episode
     turn's tool calls their ids and records malformed ones; None for a side call (ids of its own, nothing
     recorded)."""
     parsed = parse_output(text, tool_parser, tool_specs, prompt_opened_reasoning=opened_reasoning)
@@ -131,7 +131,7 @@ def reply(
         ]
     stop_reason = "max_tokens" if finish == "length" else "tool_use" if calls else "end_turn"
     events.append({"messageStop": {"stopReason": stop_reason}})
-    return Reply(text, parsed, finish, events, output_signature(content), assistant)
+    return Reply(text, parsed, finish, output_signature(content), assistant), events
 
 
 def usage_event(response: Any, prompt_tokens: int) -> StreamEvent:
@@ -170,7 +170,7 @@ async def reply_to(
     finish = response.finish_reason.type if response.finish_reason else "stop"
     opened = templater.prompt_opens_reasoning(prompt_text)
     book = model.calls if record is not None else None
-    result = reply(text, finish, model.tool_parser, tool_specs, opened, book, lane.stats)
+    result, events = reply(text, finish, model.tool_parser, tool_specs, opened, book, lane.stats)
     result.constraint = constraint
     model.last_reply = result
     prompt_tokens = response.prompt_tokens
@@ -180,7 +180,8 @@ async def reply_to(
         model.history.outputs.append(OutputRecord(record[0], result.signature, record[1], result.assistant))
         if prompt_tokens is None:
             prompt_tokens = len(lane.trajectory) - len(output_ids)
-    return [*result.events, usage_event(response, prompt_tokens or 0)]
+    events.append(usage_event(response, prompt_tokens or 0))
+    return events
 
 
 def structured_value(output_model: Any, last: Reply | None) -> Any:

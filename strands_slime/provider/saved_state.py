@@ -249,12 +249,13 @@ class SavedEpisode:
         if not isinstance(model_state, dict):
             return
         lane = model.lane
+        outputs = model.recorded_outputs + sum(t.num_outputs for t in lane.closed)
         keep = model.wiring.persist_tokens
         if keep is None:  # Strands sets the session id only when a session manager is attached
             keep = getattr(agent_metadata, "session_id", None) is not None
         if not keep:
             model_state[MODEL_STATE_KEY] = saved_episode(
-                fingerprint="", turns=None, closed=(), bookkeeping={}, outputs=lane.sampled_outputs
+                fingerprint="", turns=None, closed=(), bookkeeping={}, outputs=outputs
             )
             return
         for closed in lane.closed[len(self.closed_chunks) :]:
@@ -270,7 +271,7 @@ class SavedEpisode:
             turns=self.turn_chunks,
             closed=self.closed_chunks,
             bookkeeping={"model": model.state(), "missing_logprobs": trajectory.missing_logprobs},
-            outputs=lane.sampled_outputs,
+            outputs=outputs,
         )
         model_state[MODEL_STATE_KEY] = entry
         self.bookkeeping, self.adopt = entry["bookkeeping"], True
