@@ -40,6 +40,8 @@ tokens."""
 class ContextWindow:
     """The context limit: the configured one, or the server's (``use_server_context_length``)."""
 
+    __slots__ = ("seen",)
+
     def __init__(self) -> None:
         self.seen: int | None = None
 

@@ -104,7 +104,7 @@ class Verdict:
         return self.changed is None and self.keep == 0
 
 
-@dataclass
+@dataclass(slots=True)
 class EpisodeHistory:
     """The episode's outputs and the digests of the messages the model read, by history position; which
     agent's history it is, and where the plugin cut the current call's messages."""

@@ -49,7 +49,7 @@ TEMPLATE_KEYS = frozenset({"enable_thinking", "chat_template", "template_kwargs"
 """Config keys the chat templater is built from."""
 
 
-@dataclass
+@dataclass(slots=True)
 class Wiring:
     """How a model is wired to a server and a driver (the keywords of ``SGLangModel`` before ``config``)."""
 

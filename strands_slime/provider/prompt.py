@@ -25,6 +25,8 @@ class PromptRenderer:
     """Renders and encodes prompts with the model's current templater, keeping ``count_tokens``' render
     for the call it was made for."""
 
+    __slots__ = ("kept",)
+
     def __init__(self) -> None:
         self.kept: tuple[Any, list[int], str] | None = None
         """``(key, ids, text)`` of the prompt ``count_tokens`` rendered for the next call."""

@@ -24,7 +24,7 @@ CutCall = tuple[list[int], "array[int]", "array[float]"]
 """(prompt ids, output ids, logprobs) of a call an abort cut short."""
 
 
-@dataclass
+@dataclass(slots=True)
 class ModelStats:
     """Per-episode counters of one model (reset with its trajectory)."""
 
@@ -57,6 +57,8 @@ class ModelStats:
 
 class Lane:
     """One model's part of the episode: its trajectory, closed segments, cut call and counters."""
+
+    __slots__ = ("closed", "continuation", "cut_call", "first_prompt_ids", "name", "stats", "trajectory")
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -191,6 +193,8 @@ class Lane:
 
 class Recorder:
     """Every model call of one episode, one :class:`Lane` per model, in the order the models joined."""
+
+    __slots__ = ("lanes",)
 
     def __init__(self) -> None:
         self.lanes: list[Lane] = []

@@ -24,7 +24,7 @@ from strands_slime.provider.recorder import ModelStats
 from strands_slime.provider.tool_parsers import THINK_CLOSE, ParsedOutput, ToolParser, parse_output
 
 
-@dataclass
+@dataclass(slots=True)
 class ToolCallBook:
     """The episode's tool-call ids: their order, the model's own ids, and the malformed calls' answers."""
 
@@ -57,7 +57,7 @@ class ToolCallBook:
         )
 
 
-@dataclass
+@dataclass(slots=True)
 class Reply:
     """One parsed reply: what the history will hold of it and the chat-template view (the model keeps the
     latest; its stream events are handed out, not kept)."""

@@ -189,6 +189,8 @@ class SavedEpisode:
     follows an episode it did not write (a session, checkpoint or snapshot restored into a new model).
     The check is one identity test per call (Strands' deep copy keeps the strings)."""
 
+    __slots__ = ("_fingerprint", "adopt", "bookkeeping", "chunked", "closed_chunks", "fresh", "turn_chunks")
+
     def __init__(self, adopt: bool) -> None:
         self.fresh = adopt
         """No call yet: a saved episode the agent holds but this model cannot resume is refused."""
