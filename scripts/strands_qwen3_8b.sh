@@ -22,9 +22,10 @@ Usage: scripts/strands_qwen3_8b.sh [--pilot] [--dry-run] [--foreground] [-- EXTR
 Train Qwen3-8B with slime + strands_slime. Run it on every node: rank 0 starts the Ray head and
 submits train.py, other ranks join as Ray workers. Every check runs first, in the terminal; then
 the launcher detaches (its own session, immune to a closed terminal) and logs to
-$RUN_DIR/node$NODE_RANK/launch.log. On rank 0 it supervises the job: after a crash it resubmits,
-resuming from the latest checkpoint, up to MAX_RESTARTS times with a growing pause, and records
-why it stopped in $RUN_DIR/node0/state.json. `kill -TERM <its PID>` stops the job and the Ray node
+$RUN_DIR/node$NODE_RANK/launch.log. On rank 0 it supervises the job from Ray's job state: after a crash
+or a hang (WATCHDOG_MINUTES) it stops the job, waits for every node, resubmits from the latest
+checkpoint (MAX_RESTARTS within RESTART_WINDOW_HOURS), and records what it does and why in
+$RUN_DIR/node0/state.json. `kill -TERM <its PID>` stops the job and the Ray node
 this launcher started, nothing else. Flags after `--` are appended to train.py's command line (the
 last occurrence of a flag wins).
 
@@ -70,8 +71,10 @@ Environment (default). Every path must be absolute and the same on every node.
   SAVE_HOURS (2: most hours of steps a crash may lose)  SAVE_INTERVAL (steps; default: SAVE_HOURS
   of the pilot's p90 step time from PILOT_JSON, else of STEP_MINUTES, your estimate)
   KEEP_CHECKPOINTS (latest; all keeps every one)  CHECKPOINT_GB (115: one checkpoint's size)
-  MAX_RESTARTS (5)  MAX_RESTARTS_WITHOUT_PROGRESS (2)  RESTART_BACKOFF (60 s, doubling up to
-  RESTART_BACKOFF_MAX, 1800 s)
+  MAX_RESTARTS (5, within any RESTART_WINDOW_HOURS, 24)  MAX_RESTARTS_WITHOUT_PROGRESS (2)
+  RESTART_BACKOFF (60 s, doubling while restarts bring no new checkpoint, up to RESTART_BACKOFF_MAX, 1800 s)
+  WATCHDOG_MINUTES (180: no new step, rollout or checkpoint for that long stops the job; 0 = off)
+  RAY_STATUS_TIMEOUT (300 s: how long Ray may fail to report the job's state before it counts as lost)
   PILOT_STEPS (8)  PILOT_DIR ($SAVE_DIR/pilot)  PILOT_JSON ($PILOT_DIR/pilot.json)
   PILOT_KEEP_CHECKPOINT (0)  GPU_HOUR_PRICE (unset: the pilot projects GPU-hours, no cost)
   TP_SIZE (2)  MAX_TOKENS_PER_GPU (18432)  ROLLOUT_GPUS_PER_ENGINE (2)
@@ -187,6 +190,9 @@ SAVE_INTERVAL="${SAVE_INTERVAL:-}"
 STEP_MINUTES="${STEP_MINUTES:-}"
 KEEP_CHECKPOINTS="${KEEP_CHECKPOINTS:-latest}"
 MAX_RESTARTS="${MAX_RESTARTS:-5}"
+RESTART_WINDOW_HOURS="${RESTART_WINDOW_HOURS:-24}"
+WATCHDOG_MINUTES="${WATCHDOG_MINUTES:-180}"
+RAY_STATUS_TIMEOUT="${RAY_STATUS_TIMEOUT:-300}"
 MAX_RESTARTS_WITHOUT_PROGRESS="${MAX_RESTARTS_WITHOUT_PROGRESS:-2}"
 RESTART_BACKOFF="${RESTART_BACKOFF:-60}"
 RESTART_BACKOFF_MAX="${RESTART_BACKOFF_MAX:-1800}"
@@ -237,16 +243,17 @@ OVER_SAMPLING_BATCH_SIZE="${OVER_SAMPLING_BATCH_SIZE:-$((2 * 10#$ROLLOUT_BATCH_S
 for name in NUM_NODES GPUS_PER_NODE NUM_ROLLOUT ROLLOUT_BATCH_SIZE OVER_SAMPLING_BATCH_SIZE \
     N_SAMPLES_PER_PROMPT GLOBAL_BATCH_SIZE MAX_RESPONSE_LEN N_SAMPLES_PER_EVAL_PROMPT \
     EVAL_MAX_RESPONSE_LEN TP_SIZE MAX_TOKENS_PER_GPU ROLLOUT_GPUS_PER_ENGINE RAY_PORT \
-    RAY_DASHBOARD_PORT RAY_WAIT_TIMEOUT RAY_STOP_TIMEOUT RAY_POLL_INTERVAL MAX_RESTARTS_WITHOUT_PROGRESS; do
+    RAY_DASHBOARD_PORT RAY_WAIT_TIMEOUT RAY_STOP_TIMEOUT RAY_POLL_INTERVAL RAY_STATUS_TIMEOUT \
+    MAX_RESTARTS_WITHOUT_PROGRESS; do
     require_int "$name" 1
 done
-for name in NODE_RANK CHECKPOINT_GB EVAL_INTERVAL MAX_RESTARTS RESTART_BACKOFF RESTART_BACKOFF_MAX; do
+for name in NODE_RANK CHECKPOINT_GB EVAL_INTERVAL MAX_RESTARTS RESTART_BACKOFF RESTART_BACKOFF_MAX WATCHDOG_MINUTES; do
     require_int "$name" 0
 done
 # A pilot leaves its first step out of the statistics: it needs at least two more.
 require_int PILOT_STEPS 3
 [[ -z "$SAVE_INTERVAL" ]] || require_int SAVE_INTERVAL 1
-for name in ROLLOUT_TEMPERATURE SGLANG_MEM_FRACTION LR KL_LOSS_COEF ENTROPY_COEF SAVE_HOURS; do
+for name in ROLLOUT_TEMPERATURE SGLANG_MEM_FRACTION LR KL_LOSS_COEF ENTROPY_COEF SAVE_HOURS RESTART_WINDOW_HOURS; do
     require_number "$name"
 done
 for name in STEP_MINUTES GPU_HOUR_PRICE; do
@@ -717,16 +724,12 @@ RAY_LOG_FILE="$NODE_DIR/ray-node.log"
 STATE_FILE="$NODE_DIR/state.json"
 HEAD_MARKER="$SAVE_DIR/.strands-slime-head"
 RAY_NODE_PID=""
-SUBMIT_PID=""
-SAMPLER_PID=""
+HEAD_CMD=()
 JOB_ID=""
-JOB_DONE=0
+SUPERVISOR_PID=""
+SAMPLER_PID=""
 RUNTIME_ENV_FILE=""
 RAY_VERSION=""
-ATTEMPT=0
-RESTARTS=0
-LAST_STATUS=""
-STOP_REASON=""
 
 # Ray's ports, pinned so that the network rule can name them (docs/training.md, "Exposure"); derived
 # from RAY_PORT so that two clusters on one machine (different RAY_PORTs) do not collide.
@@ -742,16 +745,16 @@ RAY_NODE_PORT_ARGS=(
 pid_alive() {
     local pid="$1" pattern="$2" cmdline
     [[ "$pid" =~ ^[0-9]+$ ]] || return 1
-    cmdline=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || return 1
+    cmdline=$(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline") || return 1
     [[ "$cmdline" == *"$pattern"* ]]
 }
 
-# stop_pid PID PATTERN WHAT: SIGTERM, then SIGKILL after RAY_STOP_TIMEOUT seconds.
+# stop_pid PID PATTERN WHAT [SECONDS [SIGNAL]]: SIGNAL (TERM), then SIGKILL after SECONDS (RAY_STOP_TIMEOUT).
 stop_pid() {
-    local pid="$1" pattern="$2" what="$3" deadline=$((SECONDS + RAY_STOP_TIMEOUT))
+    local pid="$1" pattern="$2" what="$3" deadline=$((SECONDS + ${4:-$RAY_STOP_TIMEOUT}))
     pid_alive "$pid" "$pattern" || return 0
     log "stopping $what (PID $pid)"
-    kill -TERM "$pid" 2>/dev/null || return 0
+    kill "-${5:-TERM}" "$pid" 2>/dev/null || return 0
     while pid_alive "$pid" "$pattern"; do
         if ((SECONDS >= deadline)); then
             log "$what (PID $pid) still running after ${RAY_STOP_TIMEOUT}s: SIGKILL"
@@ -796,54 +799,32 @@ latest_checkpoint() {
     printf '%s' "${iteration:-none}"
 }
 
-# write_state STATUS: the run's state as JSON in STATE_FILE (rank 0), replaced atomically.
-write_state() {
-    ((NODE_RANK == 0)) && ! dry_run || return 0
-    local tmp="$STATE_FILE.tmp"
-    python3 -c '
-import json, sys, time
-keys = ("status", "stop_reason", "pilot", "attempt", "restarts", "max_restarts", "job_id",
-        "last_exit_status", "latest_checkpoint", "checkpoint_dir", "save_interval")
-state = dict(zip(keys, sys.argv[1:]))
-for key in ("attempt", "restarts", "max_restarts", "save_interval"):
-    state[key] = int(state[key])
-state["pilot"] = state["pilot"] == "1"
-state["last_exit_status"] = int(state["last_exit_status"]) if state["last_exit_status"] else None
-state["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-print(json.dumps(state, indent=2))
-' "$1" "$STOP_REASON" "$(is_true "$PILOT" && echo 1 || echo 0)" "$ATTEMPT" "$RESTARTS" "$MAX_RESTARTS" \
-        "$JOB_ID" "$LAST_STATUS" "$(latest_checkpoint)" "$CHECKPOINT_DIR" "$SAVE_INTERVAL" >"$tmp" &&
-        mv -f -- "$tmp" "$STATE_FILE"
-}
-
 # shellcheck disable=SC2329  # run by the EXIT trap
 cleanup() {
     local status=$?
     set +e # every step of the clean-up runs, whatever an earlier one returned
     trap - EXIT HUP INT TERM
-    if [[ -n "$JOB_ID" ]] && ((JOB_DONE == 0)); then
-        log "stopping Ray job $JOB_ID"
-        timeout "$RAY_STOP_TIMEOUT" ray job stop --address "http://127.0.0.1:$RAY_DASHBOARD_PORT" "$JOB_ID" >&2 || true
-    fi
-    if [[ -n "$SUBMIT_PID" ]]; then
-        stop_pid "$SUBMIT_PID" "job submit" "ray job submit"
+    # The supervisor stops the job it submitted (and records why) before this launch stops its Ray node.
+    if [[ -n "$SUPERVISOR_PID" ]]; then
+        # the signal this launcher got, so that state.json names it
+        stop_pid "$SUPERVISOR_PID" "launch.supervisor" "the job's supervisor" "$((2 * RAY_STATUS_TIMEOUT + 60))" \
+            "$( ((status > 128)) && echo $((status - 128)) || echo 15)"
     fi
     if [[ -n "$SAMPLER_PID" ]]; then
         stop_pid "$SAMPLER_PID" "gpu_sampler" "the GPU sampler"
         rm -f -- "$SAMPLER_PID_FILE"
     fi
     if ((NODE_RANK == 0)); then
-        if [[ -z "$STOP_REASON" ]]; then
-            STOP_REASON="the launcher stopped (exit status $status)"
-            if ((status > 128)); then
-                STOP_REASON="the launcher stopped by signal $((status - 128)) (exit status $status)"
-            fi
-            write_state stopped || true
-        fi
+        reason="the launcher stopped (exit status $status)"
+        ((status > 128)) && reason="the launcher stopped by signal $((status - 128)) (exit status $status)"
+        [[ -f "$STATE_FILE" ]] && strands_python -m strands_slime.launch.supervisor mark-stopped \
+            --state-file "$STATE_FILE" --reason "$reason"
         if ((NUM_NODES > 1)) && [[ -f "$HEAD_MARKER" ]]; then
             write_head_marker ended || true
         fi
     fi
+    # The supervisor records the head it started again, if it had to.
+    [[ -n "$RAY_NODE_PID" ]] && RAY_NODE_PID=$(recorded_pid "$RAY_PID_FILE")
     if [[ -n "$RAY_NODE_PID" ]]; then
         if is_true "$KEEP_RAY"; then
             log "KEEP_RAY=1: the Ray node keeps running (PID $RAY_NODE_PID; stop it with kill -TERM $RAY_NODE_PID)"
@@ -942,31 +923,6 @@ run_preflight() {
     log "$verdict"
 }
 
-# Wait until NUM_NODES nodes with GPUS_PER_NODE GPUs each have joined the cluster.
-wait_for_nodes() {
-    local deadline=$((SECONDS + RAY_WAIT_TIMEOUT)) counts nodes gpus
-    while :; do
-        counts=$(
-            python3 - "$MASTER_ADDR:$RAY_PORT" <<'PY' 2>/dev/null || true
-import sys
-import ray
-ray.init(address=sys.argv[1], logging_level="ERROR", log_to_driver=False)
-alive = sum(1 for node in ray.nodes() if node.get("Alive"))
-print(alive, int(ray.cluster_resources().get("GPU", 0)))
-PY
-        )
-        read -r nodes gpus <<<"${counts:-0 0}"
-        if ((nodes >= NUM_NODES && gpus >= TOTAL_GPUS)); then
-            log "Ray cluster ready: $nodes nodes, $gpus GPUs"
-            return
-        fi
-        ((SECONDS < deadline)) ||
-            die "only $nodes/$NUM_NODES nodes and $gpus/$TOTAL_GPUS GPUs joined within ${RAY_WAIT_TIMEOUT}s; start this script with NODE_RANK=1..$((NUM_NODES - 1)) on the other nodes"
-        log "waiting for Ray nodes: $nodes/$NUM_NODES nodes, $gpus/$TOTAL_GPUS GPUs"
-        nap "$(poll_delay "$deadline" "$RAY_POLL_INTERVAL")"
-    done
-}
-
 runtime_env_json() {
     local pythonpath="$MEGATRON_DIR:$SLIME_DIR:$STRANDS_SLIME_DIR${PYTHONPATH:+:$PYTHONPATH}"
     local pairs=(
@@ -991,6 +947,7 @@ runtime_env_json() {
 # this launcher, which decides what stops), recorded in RAY_PID_FILE.
 start_ray_node() {
     local cmd=(ray start "$@" "${RAY_NODE_PORT_ARGS[@]}" --block)
+    HEAD_CMD=("${cmd[@]}")
     if dry_run; then
         print_cmd "${cmd[@]}"
         return
@@ -1082,109 +1039,47 @@ start_gpu_sampler() {
     printf '%s\n' "$SAMPLER_PID" >"$SAMPLER_PID_FILE"
 }
 
-submit_job() {
-    JOB_ID="strands-qwen3-8b-$(date +%Y%m%d-%H%M%S)-$$-$ATTEMPT"
-    JOB_DONE=0
-    local submit=(ray job submit --address "http://127.0.0.1:$RAY_DASHBOARD_PORT" --submission-id "$JOB_ID")
+# supervise: submit train.py and supervise it (strands_slime.launch.supervisor): Ray's job state, never
+# the submit client's exit code; the old job stopped before any resubmit; the nodes waited for; a
+# progress watchdog; restarts within a window. The run's state goes to STATE_FILE.
+supervise() {
+    local submit=(ray job submit --address "http://127.0.0.1:$RAY_DASHBOARD_PORT" --submission-id JOB_ID --no-wait)
+    local cmd=(python3 -m strands_slime.launch.supervisor run --state-file "$STATE_FILE" --node-dir "$NODE_DIR"
+        --checkpoint-dir "$CHECKPOINT_DIR" --save-dir "$SAVE_DIR" --address "http://127.0.0.1:$RAY_DASHBOARD_PORT"
+        --gcs-address "$MASTER_ADDR:$RAY_PORT" --job-steps "$JOB_STEPS" --save-interval "$SAVE_INTERVAL"
+        --nodes "$NUM_NODES" --gpus "$TOTAL_GPUS" --max-restarts "$MAX_RESTARTS"
+        --restart-window-hours "$RESTART_WINDOW_HOURS" --max-restarts-without-progress "$MAX_RESTARTS_WITHOUT_PROGRESS"
+        --restart-backoff "$RESTART_BACKOFF" --restart-backoff-max "$RESTART_BACKOFF_MAX"
+        --watchdog-seconds "$((WATCHDOG_MINUTES * 60))" --poll-interval "$RAY_POLL_INTERVAL"
+        --status-timeout "$RAY_STATUS_TIMEOUT" --node-wait-timeout "$RAY_WAIT_TIMEOUT" --checkpoint-gb "$CHECKPOINT_GB")
+    is_true "$PILOT" && cmd+=(--pilot)
     if dry_run; then
         printf '# runtime-env (written to a private file in RUN_DIR):\n'
         runtime_env_json | sed 's/^/#   /'
+        printf '# the supervisor waits for %s nodes with %s GPUs in all (up to %ss), then submits, each attempt:\n' \
+            "$NUM_NODES" "$TOTAL_GPUS" "$RAY_WAIT_TIMEOUT"
         print_cmd "${submit[@]}" --runtime-env RUNTIME_ENV_FILE -- "${TRAIN_CMD[@]}"
-        JOB_ID=""
+        printf '# and supervises it with:\n'
+        print_cmd "${cmd[@]}" --runtime-env RUNTIME_ENV_FILE -- TRAIN_CMD
         return
     fi
     RUNTIME_ENV_FILE=$(mktemp "$NODE_DIR/runtime-env.XXXXXX")
     runtime_env_json >"$RUNTIME_ENV_FILE"
-    log "submitting $JOB_ID (attempt $ATTEMPT; dashboard: http://$RAY_DASHBOARD_HOST:$RAY_DASHBOARD_PORT)"
+    cmd+=(--runtime-env "$RUNTIME_ENV_FILE")
+    if [[ -n "$RAY_NODE_PID" ]]; then # this launch started the head: the supervisor may start it again
+        cmd+=(--head-command "$(python3 -c 'import json, sys; print(json.dumps(sys.argv[1:]))' "${HEAD_CMD[@]}")"
+            --head-pid-file "$RAY_PID_FILE" --head-log "$RAY_LOG_FILE")
+    fi
+    log "supervising the job (dashboard: http://$RAY_DASHBOARD_HOST:$RAY_DASHBOARD_PORT; state: $STATE_FILE)"
     print_cmd "${submit[@]}" --runtime-env "$RUNTIME_ENV_FILE" -- "${TRAIN_CMD[@]}" >&2
-    setsid "${submit[@]}" --runtime-env "$RUNTIME_ENV_FILE" -- "${TRAIN_CMD[@]}" </dev/null &
-    SUBMIT_PID=$!
-    # `wait` (not a foreground child) so a signal runs the trap at once, not when the job ends.
+    PYTHONPATH="$STRANDS_SLIME_DIR${PYTHONPATH:+:$PYTHONPATH}" "${cmd[@]}" -- "${TRAIN_CMD[@]}" </dev/null &
+    SUPERVISOR_PID=$!
+    # `wait` (not a foreground child) so a signal runs the trap at once.
     local status=0
-    wait "$SUBMIT_PID" || status=$?
-    SUBMIT_PID=""
-    JOB_DONE=1
-    rm -f -- "$RUNTIME_ENV_FILE"
-    RUNTIME_ENV_FILE=""
-    # The job's whole log (every node's slime, SGLang and strands_slime lines) next to the run state.
-    timeout "$RAY_STOP_TIMEOUT" ray job logs --address "http://127.0.0.1:$RAY_DASHBOARD_PORT" "$JOB_ID" \
-        >"$NODE_DIR/job-$JOB_ID.log" 2>&1 || log "note: could not save the job's log with ray job logs"
+    wait "$SUPERVISOR_PID" || status=$?
+    SUPERVISOR_PID=""
+    JOB_ID=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1])).get("job_id", ""))' "$STATE_FILE" 2>/dev/null || true)
     return "$status"
-}
-
-# ensure_cluster: after a failed attempt, bring back the head this launch started if it died.
-ensure_cluster() {
-    if [[ -n "$RAY_NODE_PID" ]] && pid_alive "$RAY_NODE_PID" "ray start" && ray_is_up; then
-        return 0
-    fi
-    if [[ -z "$RAY_NODE_PID" ]]; then
-        ray_is_up || {
-            STOP_REASON="the Ray cluster this launch submitted to (REUSE_RAY=1) is gone"
-            return 1
-        }
-        return 0
-    fi
-    log "the Ray head this launch started is gone: starting it again"
-    RAY_NODE_PID=""
-    start_head
-    wait_until_head_is_up "ray start did not bring it back"
-    if ((NUM_NODES > 1)); then
-        write_head_marker running
-        wait_for_nodes
-    fi
-}
-
-# run_job: submit the job; after a failure, resume from the latest checkpoint up to MAX_RESTARTS
-# times, waiting RESTART_BACKOFF seconds (doubling, at most RESTART_BACKOFF_MAX) in between. Stops
-# early on a crash loop (MAX_RESTARTS_WITHOUT_PROGRESS failures in a row without a new checkpoint)
-# or when SAVE_DIR cannot hold another checkpoint. The reason goes to STATE_FILE.
-run_job() {
-    local status before stalled=0 delay free
-    while :; do
-        ATTEMPT=$((ATTEMPT + 1))
-        before=$(latest_checkpoint)
-        write_state running
-        status=0
-        submit_job || status=$?
-        LAST_STATUS="$status"
-        if ((status == 0)); then
-            STOP_REASON="the job finished (exit status 0) after $ATTEMPT attempt(s)"
-            write_state finished
-            return 0
-        fi
-        if is_true "$PILOT"; then
-            STOP_REASON="the pilot's job failed (exit status $status); a pilot is not restarted: its log is $NODE_DIR/job-$JOB_ID.log"
-            write_state failed
-            return "$status"
-        fi
-        if [[ "$(latest_checkpoint)" == "$before" ]]; then stalled=$((stalled + 1)); else stalled=0; fi
-        if ((RESTARTS >= MAX_RESTARTS)); then
-            STOP_REASON="gave up: the job failed $ATTEMPT time(s), MAX_RESTARTS=$MAX_RESTARTS; last exit status $status"
-        elif ((stalled > MAX_RESTARTS_WITHOUT_PROGRESS)); then
-            STOP_REASON="gave up: $stalled failures in a row without a new checkpoint (latest: $(latest_checkpoint)), MAX_RESTARTS_WITHOUT_PROGRESS=$MAX_RESTARTS_WITHOUT_PROGRESS; last exit status $status"
-        else
-            free=$(free_gb "$SAVE_DIR" || true)
-            if [[ -n "$free" ]] && ((free < CHECKPOINT_GB)); then
-                STOP_REASON="gave up: SAVE_DIR has $free GB free, less than one ${CHECKPOINT_GB} GB checkpoint; last exit status $status"
-            fi
-        fi
-        if [[ -n "$STOP_REASON" ]]; then
-            log "$STOP_REASON"
-            write_state failed
-            return "$status"
-        fi
-        delay=$((RESTART_BACKOFF << (RESTARTS < 20 ? RESTARTS : 20)))
-        ((delay <= RESTART_BACKOFF_MAX)) || delay="$RESTART_BACKOFF_MAX"
-        RESTARTS=$((RESTARTS + 1))
-        log "the job failed (exit status $status; log $NODE_DIR/job-$JOB_ID.log): restart $RESTARTS/$MAX_RESTARTS in ${delay}s, resuming from checkpoint $(latest_checkpoint)"
-        write_state waiting-to-restart
-        nap "$delay"
-        if ! ensure_cluster; then
-            log "$STOP_REASON"
-            write_state failed
-            return "$status"
-        fi
-    done
 }
 
 # analyze_pilot: measure what the pilot wrote and project the full run (pilot.json, pilot.md).
@@ -1313,25 +1208,17 @@ if ((NODE_RANK == 0)); then
         start_head
         dry_run || wait_until_head_is_up "ray start did not bring it up"
     fi
-    if ((NUM_NODES > 1)); then
-        if dry_run; then
-            printf '# wait until %s nodes with %s GPUs in all have joined (up to %ss)\n' \
-                "$NUM_NODES" "$TOTAL_GPUS" "$RAY_WAIT_TIMEOUT"
-        else
-            wait_for_nodes
-        fi
-    fi
     if is_true "$PILOT"; then
         start_gpu_sampler
     fi
     if dry_run; then
-        submit_job
+        supervise
         is_true "$PILOT" && analyze_pilot
         exit 0
     fi
     mkdir -p -- "$SAVE_DIR"
     status=0
-    run_job || status=$?
+    supervise || status=$?
     if is_true "$PILOT"; then
         analyze_pilot || status=$((status == 0 ? 1 : status))
     fi

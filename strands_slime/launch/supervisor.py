@@ -509,7 +509,7 @@ class Supervisor:
                 "deadline_s": s.node_wait_timeout,
             }
             self.write_state("waiting-for-nodes")
-            self.log(f"waiting for {what} before resubmitting (since {_iso(since)}): {seen}")
+            self.log(f"waiting for {what} before submitting (since {_iso(since)}): {seen}")
             if self.clock() - started >= s.node_wait_timeout:
                 return f"gave up: waited {s.node_wait_timeout:g}s for {what}; {seen}"
             self.sleep(s.poll_interval)
@@ -545,6 +545,12 @@ class Supervisor:
         s = self.settings
         stalled = 0
         self.write_state("starting")
+        reason = self._wait_for_cluster()
+        if reason:
+            self.stop_reason = reason
+            self.log(reason)
+            self.write_state("failed")
+            return 1
         while True:
             before = latest_checkpoint(s.checkpoint_dir)
             self._submit()
@@ -605,7 +611,7 @@ class Supervisor:
             self.sleep(delay)
             reason = self._wait_for_cluster()
             if reason:
-                self.stop_reason = f"{reason}; last: {outcome.reason}"
+                self.stop_reason = f"{reason}; the job before: {outcome.reason}"
                 self.log(self.stop_reason)
                 self.write_state("failed")
                 return 1
