@@ -214,7 +214,7 @@ def test_a_lost_node_is_waited_for_with_a_deadline_before_a_resubmit(
         sim,
         monkeypatch,
         attempts=[[RUNNING, {"state": "FAILED", "message": "node died"}], [RUNNING, {"state": "SUCCEEDED"}]],
-        nodes=[[1, 8], [1, 8], [2, 16]],
+        nodes=[[2, 16], [1, 8], [1, 8], [2, 16]],  # all there, then one node lost after the crash
     )
     states: list[dict] = []
     supervisor = Supervisor(_settings(sim, nodes=2, gpus=16), RayCli("http://x", 10), log=lambda _: None)
@@ -236,7 +236,7 @@ def test_a_lost_node_is_waited_for_with_a_deadline_before_a_resubmit(
 def test_a_node_that_never_comes_back_ends_the_run_at_the_deadline(
     sim: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _scenario(sim, monkeypatch, attempts=[[RUNNING, {"state": "FAILED"}]], nodes=[[1, 8]])
+    _scenario(sim, monkeypatch, attempts=[[RUNNING, {"state": "FAILED"}]], nodes=[[2, 16], [1, 8]])
     status, state, _ = _run(sim, nodes=2, gpus=16, node_wait_timeout=0.2)
     assert status == 1 and state["status"] == "failed"
     assert state["stop_reason"].startswith(
@@ -361,3 +361,23 @@ def test_a_signal_stops_the_job_and_records_it(sim: Path, monkeypatch: pytest.Mo
 )
 def test_ray_job_status_output_is_read_for_this_job_only(output: str, returncode: int, expected: str) -> None:
     assert parse_job_status("j", returncode, output).state == expected
+
+
+def test_with_save_interval_one_the_first_checkpoint_megatron_keeps_is_removed(
+    sim: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (sim / "save" / "iter_0000000").mkdir()
+    _scenario(
+        sim,
+        monkeypatch,
+        attempts=[
+            [
+                {"state": "RUNNING", "checkpoint": 0},
+                {"state": "RUNNING", "checkpoint": 1},
+                {"state": "SUCCEEDED"},
+            ]
+        ],
+    )
+    status, state, _ = _run(sim, save_interval=1, remove_first_checkpoint=True)
+    assert status == 0 and not (sim / "save" / "iter_0000000").exists()
+    assert "remove-first-checkpoint" in _actions(state)

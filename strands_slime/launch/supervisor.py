@@ -262,6 +262,7 @@ class Settings:
     head_command: list[str] | None = None
     head_pid_file: Path | None = None
     head_log: Path | None = None
+    remove_first_checkpoint: bool = False
 
 
 class Stopped(Exception):
@@ -443,6 +444,7 @@ class Supervisor:
             if key != last_key:
                 last_key, last_change = key, now
                 self.last_progress_wall = time.time()
+                self._remove_first_checkpoint()
                 self.write_state()
             if status.terminal:
                 return self._judge(status)
@@ -454,6 +456,23 @@ class Supervisor:
                     f"last step {self.progress.step}, checkpoint {self.progress.checkpoint})",
                 )
             self.sleep(s.poll_interval)
+
+    def _remove_first_checkpoint(self) -> None:
+        """With ``--save-interval 1`` Megatron keeps iteration 0 for good (0 is a multiple of every
+        retain interval): once a later checkpoint is complete, it goes."""
+        first = self.settings.checkpoint_dir / "iter_0000000"
+        checkpoint = self.progress.checkpoint
+        if (
+            self.settings.remove_first_checkpoint
+            and checkpoint is not None
+            and checkpoint > 0
+            and first.is_dir()
+        ):
+            shutil.rmtree(first, ignore_errors=True)
+            self._action(
+                "remove-first-checkpoint",
+                f"{first}: kept by Megatron's retain rule, superseded by {checkpoint}",
+            )
 
     def _judge(self, status: JobStatus) -> _Outcome:
         final = self.settings.job_steps - 1
@@ -707,6 +726,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--head-pid-file", type=Path)
     run.add_argument("--head-log", type=Path)
+    run.add_argument(
+        "--remove-first-checkpoint", action="store_true", help="remove iter_0000000 once a later one is saved"
+    )
     run.add_argument("entrypoint", nargs=argparse.REMAINDER, help="-- then train.py's command line")
     stopped = sub.add_parser("mark-stopped", help="record a launcher that stopped without a supervisor")
     stopped.add_argument("--state-file", type=Path, required=True)
@@ -748,6 +770,7 @@ def _settings(options: argparse.Namespace) -> Settings:
         head_command=head_command,
         head_pid_file=options.head_pid_file,
         head_log=options.head_log,
+        remove_first_checkpoint=options.remove_first_checkpoint,
     )
 
 
