@@ -175,6 +175,7 @@ def test_a_client_side_submit_error_adopts_the_job_ray_took(
     assert _actions(state)[0] == "submit-client-error"
 
 
+@pytest.mark.slow  # several attempts, each a handful of `ray` processes
 def test_a_submission_ray_never_got_is_submitted_again_with_no_job_left_running(
     sim: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -187,6 +188,7 @@ def test_a_submission_ray_never_got_is_submitted_again_with_no_job_left_running(
     assert "Ray has no job" in state["actions"][1]["why"]
 
 
+@pytest.mark.slow  # several attempts, each a handful of `ray` processes
 def test_a_failed_job_is_stopped_confirmed_and_resubmitted_alone(
     sim: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -207,6 +209,7 @@ def test_a_failed_job_is_stopped_confirmed_and_resubmitted_alone(
     )
 
 
+@pytest.mark.slow  # several attempts, each a handful of `ray` processes
 def test_a_lost_node_is_waited_for_with_a_deadline_before_a_resubmit(
     sim: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -275,6 +278,7 @@ def test_a_full_disk_ends_the_run_instead_of_a_resubmit_that_cannot_save(
     assert len(_verbs(sim, "job", "submit")) == 1
 
 
+@pytest.mark.slow  # several attempts, each a handful of `ray` processes
 def test_the_restart_budget_counts_within_its_window(sim: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     failing = [{"state": "RUNNING"}, {"state": "FAILED"}]
     _scenario(sim, monkeypatch, attempts=[failing, failing, failing, [RUNNING, {"state": "SUCCEEDED"}]])
