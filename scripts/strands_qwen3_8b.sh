@@ -40,8 +40,9 @@ Options
   -h, --help             this text
 
 Environment (default). Every path must be absolute and the same on every node.
-  PRESET (1x8; 4x8 = four nodes of 8 GPUs with the batch scaled 4x: NUM_NODES 4,
-  ROLLOUT_BATCH_SIZE 64, GLOBAL_BATCH_SIZE 512, NUM_ROLLOUT 750; variables you set win)
+  PRESET (1x8; 4x8 = four nodes of 8 GPUs, four times the episodes per rollout in four optimizer
+  updates of the one-node 128 samples: NUM_NODES 4, ROLLOUT_BATCH_SIZE 64, GLOBAL_BATCH_SIZE 128,
+  NUM_ROLLOUT 750; variables you set win)
   SLIME_DIR (/root/slime)  MEGATRON_DIR (/root/Megatron-LM)  STRANDS_SLIME_DIR (this repository)
   MODEL_DIR (/root/models)  HF_CHECKPOINT ($MODEL_DIR/Qwen3-8B)
   REF_LOAD ($MODEL_DIR/Qwen3-8B_torch_dist)  SAVE_DIR (/root/checkpoints/qwen3-8b-strands-slime;
@@ -77,12 +78,15 @@ Environment (default). Every path must be absolute and the same on every node.
   RAY_STATUS_TIMEOUT (300 s: how long Ray may fail to report the job's state before it counts as lost)
   PILOT_STEPS (8)  PILOT_DIR ($SAVE_DIR/pilot)  PILOT_JSON ($PILOT_DIR/pilot.json)
   PILOT_KEEP_CHECKPOINT (0)  GPU_HOUR_PRICE (unset: the pilot projects GPU-hours, no cost)
+  RUN_HOURS (unset: the pilot also gives the NUM_ROLLOUT that fits these wall-clock hours)
   TP_SIZE (2)  MAX_TOKENS_PER_GPU (18432)  ROLLOUT_GPUS_PER_ENGINE (2)
   SGLANG_MEM_FRACTION (0.7)  ROUTER_POLICY (manual)  ROUTER_ASSIGNMENT_MODE (min_load)
   LR (1e-6)  KL_LOSS_COEF (0; > 0 adds --use-kl-loss)  ENTROPY_COEF (0)
   OFF_POLICY_CORRECTION (tis | rollout-logprobs | none)
   WANDB_API_KEY, WANDB_KEY or WANDB_API_KEY_FILE (a file only you can read) (unset: no W&B)
   WANDB_PROJECT (strands-slime)  WANDB_GROUP (qwen3-8b-strands-math)
+  SANDBOX_HOST_NETWORK (0; 1 = accept a node where the sandbox cannot isolate model code from the
+  network, see docs/training.md "Sandbox isolation"; the preflight refuses such a node otherwise)
   KILL_STALE (0; 1 = first stop a launch of this script, and the Ray node it started, that is
   still running on this node from RUN_DIR's PID files)
   REUSE_RAY (0; 1 = submit to a Ray cluster that is already running instead of refusing)
@@ -123,15 +127,17 @@ fi
 
 # ---------------------------------------------------------------- configuration
 # A preset only fills what the environment leaves unset.
+USER_SET_BATCH="${ROLLOUT_BATCH_SIZE:-}${GLOBAL_BATCH_SIZE:-}"
 PRESET="${PRESET:-1x8}"
 case "$PRESET" in
     1x8) ;;
     4x8)
-        # Four times the GPUs: four times the batch, one optimizer step per rollout as on one node
-        # (the same per-GPU work), and a quarter of the steps, so the run sees as many prompts.
+        # Four times the GPUs: four times the episodes per rollout, in optimizer updates of the
+        # one-node recipe's 128 samples (four per rollout, as DAPO takes several), at the same
+        # learning rate; a quarter of the rollouts, so the run sees as many samples and updates.
         NUM_NODES="${NUM_NODES:-4}"
         ROLLOUT_BATCH_SIZE="${ROLLOUT_BATCH_SIZE:-64}"
-        GLOBAL_BATCH_SIZE="${GLOBAL_BATCH_SIZE:-512}"
+        GLOBAL_BATCH_SIZE="${GLOBAL_BATCH_SIZE:-128}"
         NUM_ROLLOUT="${NUM_ROLLOUT:-750}"
         ;;
     *) die "PRESET must be 1x8 or 4x8, got '$PRESET'" ;;
@@ -201,6 +207,7 @@ PILOT_DIR="${PILOT_DIR:-$SAVE_DIR/pilot}"
 PILOT_JSON="${PILOT_JSON:-$PILOT_DIR/pilot.json}"
 PILOT_KEEP_CHECKPOINT="${PILOT_KEEP_CHECKPOINT:-0}"
 GPU_HOUR_PRICE="${GPU_HOUR_PRICE:-}"
+RUN_HOURS="${RUN_HOURS:-}"
 TP_SIZE="${TP_SIZE:-2}"
 MAX_TOKENS_PER_GPU="${MAX_TOKENS_PER_GPU:-18432}"
 ROLLOUT_GPUS_PER_ENGINE="${ROLLOUT_GPUS_PER_ENGINE:-2}"
@@ -217,6 +224,7 @@ WANDB_API_KEY_FILE="${WANDB_API_KEY_FILE:-}"
 WANDB_PROJECT="${WANDB_PROJECT:-strands-slime}"
 WANDB_GROUP="${WANDB_GROUP:-qwen3-8b-strands-math}"
 
+SANDBOX_HOST_NETWORK="${SANDBOX_HOST_NETWORK:-0}"
 KILL_STALE="${KILL_STALE:-0}"
 REUSE_RAY="${REUSE_RAY:-0}"
 KEEP_RAY="${KEEP_RAY:-0}"
@@ -256,10 +264,10 @@ require_int PILOT_STEPS 3
 for name in ROLLOUT_TEMPERATURE SGLANG_MEM_FRACTION LR KL_LOSS_COEF ENTROPY_COEF SAVE_HOURS RESTART_WINDOW_HOURS; do
     require_number "$name"
 done
-for name in STEP_MINUTES GPU_HOUR_PRICE; do
+for name in STEP_MINUTES GPU_HOUR_PRICE RUN_HOURS; do
     [[ -z "${!name}" ]] || require_number "$name"
 done
-for name in KILL_STALE REUSE_RAY KEEP_RAY DYNAMIC_SAMPLING PARTIAL_ROLLOUT MASK_OFFPOLICY_IN_PARTIAL_ROLLOUT \
+for name in SANDBOX_HOST_NETWORK KILL_STALE REUSE_RAY KEEP_RAY DYNAMIC_SAMPLING PARTIAL_ROLLOUT MASK_OFFPOLICY_IN_PARTIAL_ROLLOUT \
     PILOT_KEEP_CHECKPOINT LAUNCH_CHECKED; do
     is_true "${!name}" || true
 done
@@ -277,6 +285,9 @@ if is_true "$MASK_OFFPOLICY_IN_PARTIAL_ROLLOUT" && ! is_true "$PARTIAL_ROLLOUT";
 fi
 
 ((NODE_RANK < NUM_NODES)) || die "NODE_RANK ($NODE_RANK) must be < NUM_NODES ($NUM_NODES)"
+if ((NUM_NODES > 1)) && [[ "$PRESET" == 1x8 && -z "$USER_SET_BATCH" ]]; then
+    log "note: NUM_NODES=$NUM_NODES keeps the one-node batch ($ROLLOUT_BATCH_SIZE prompts, $GLOBAL_BATCH_SIZE samples per update) on $NUM_NODES times the GPUs, most of them idle each step; PRESET=4x8 scales it (or set ROLLOUT_BATCH_SIZE)"
+fi
 TOTAL_GPUS=$((NUM_NODES * GPUS_PER_NODE))
 ((GPUS_PER_NODE % TP_SIZE == 0)) || die "GPUS_PER_NODE ($GPUS_PER_NODE) must be a multiple of TP_SIZE ($TP_SIZE)"
 ((TOTAL_GPUS % ROLLOUT_GPUS_PER_ENGINE == 0)) ||
@@ -363,11 +374,12 @@ CLUSTER_ARGS=(
     --colocate
 )
 
+RUN_EVAL_INTERVAL="$EVAL_INTERVAL"
 # A pilot runs PILOT_STEPS steps of the same job with eval off, into its own checkpoint folder (so
 # it never resumes, or overwrites, the run's checkpoints), and saves halfway so the save is timed.
 if is_true "$PILOT"; then
     JOB_STEPS="$PILOT_STEPS"
-    EVAL_INTERVAL=0
+    EVAL_INTERVAL=0 # the run's (RUN_EVAL_INTERVAL) goes into the pilot's projection
     CHECKPOINT_DIR="$PILOT_DIR/checkpoint"
     TENSORBOARD_DIR="$PILOT_DIR/tensorboard"
 else
@@ -556,9 +568,15 @@ check_file "torch_dist checkpoint (REF_LOAD)" "$REF_LOAD/latest_checkpointed_ite
     "run scripts/convert_qwen3_8b.sh"
 check_file "training data (PROMPT_DATA)" "$PROMPT_DATA" "python -m data_prep.download --out $DATA_DIR"
 check_file "rollout config (ROLLOUT_CONFIG)" "$ROLLOUT_CONFIG"
-if ((EVAL_INTERVAL > 0)); then
+# count_prompts FILE: lines of a JSONL dataset (0 if unreadable): the pilot projects evaluation from them.
+count_prompts() {
+    [[ -r "$1" ]] && EVAL_PROMPTS=$((EVAL_PROMPTS + $(wc -l <"$1"))) || true
+}
+EVAL_PROMPTS=0
+if ((RUN_EVAL_INTERVAL > 0)); then
     if [[ -z "$EVAL_CONFIG" ]]; then
         check_file "eval data (EVAL_DATA)" "$EVAL_DATA" "python -m data_prep.download --out $DATA_DIR"
+        count_prompts "$EVAL_DATA"
     elif [[ -f "$EVAL_CONFIG" ]]; then
         # The file's k and budget, resolved as slime resolves it (DATA_DIR as the job will see it).
         settings=$(DATA_DIR="$DATA_DIR" python3 "$SCRIPT_DIR/lib/eval_settings.py" "$EVAL_CONFIG" \
@@ -568,11 +586,12 @@ if ((EVAL_INTERVAL > 0)); then
             [[ "$dataset_path" == /* ]] ||
                 die "EVAL_CONFIG ($EVAL_CONFIG) names a relative dataset path '$dataset_path'; make it absolute"
             check_file "eval dataset named in EVAL_CONFIG" "$dataset_path" "python -m data_prep.download --out $DATA_DIR"
+            count_prompts "$dataset_path"
         done < <(tail -n +2 <<<"$settings")
     else
         check_file "eval config (EVAL_CONFIG)" "$EVAL_CONFIG"
     fi
-    EVAL_ARGS+=(--n-samples-per-eval-prompt "$N_SAMPLES_PER_EVAL_PROMPT" --eval-max-response-len "$EVAL_MAX_RESPONSE_LEN")
+    ((EVAL_INTERVAL > 0)) && EVAL_ARGS+=(--n-samples-per-eval-prompt "$N_SAMPLES_PER_EVAL_PROMPT" --eval-max-response-len "$EVAL_MAX_RESPONSE_LEN")
 fi
 
 # Settings that decide a step's time: a pilot.json measured under others does not size this run.
@@ -583,6 +602,7 @@ PILOT_SETTINGS=(
     "ROLLOUT_GPUS_PER_ENGINE=$ROLLOUT_GPUS_PER_ENGINE" "MAX_TOKENS_PER_GPU=$MAX_TOKENS_PER_GPU"
     "SGLANG_MEM_FRACTION=$SGLANG_MEM_FRACTION" "PARTIAL_ROLLOUT=$PARTIAL_ROLLOUT"
     "DYNAMIC_SAMPLING=$DYNAMIC_SAMPLING" "OFF_POLICY_CORRECTION=$OFF_POLICY_CORRECTION"
+    "EXTRA_TRAIN_ARGS=${EXTRA_TRAIN_ARGS[*]}"
 )
 strands_python() {
     PYTHONPATH="$STRANDS_SLIME_DIR${PYTHONPATH:+:$PYTHONPATH}" python3 "$@"
@@ -659,21 +679,26 @@ finish_checks
 # The package's own validator: a misspelled key stops the launch, not the job an hour later. The
 # detached launcher skips what its parent checked a moment ago (importing math-verify takes seconds).
 if [[ -f "$ROLLOUT_CONFIG" && -d "$STRANDS_SLIME_DIR/strands_slime" ]] && ! is_true "$LAUNCH_CHECKED"; then
-    verdict=$(strands_python -m strands_slime.config "$ROLLOUT_CONFIG" 2>&1) || die "ROLLOUT_CONFIG: $(last_line "$verdict")"
+    # DAPO's overlong punishment counts back from the episode budget train.py gets (MAX_RESPONSE_LEN,
+    # or the last --rollout-max-response-len after --): a buffer as long as the budget punishes every
+    # response for its length, so the config is checked against that budget.
+    budget="$MAX_RESPONSE_LEN"
+    for ((i = 0; i < ${#EXTRA_TRAIN_ARGS[@]}; i++)); do
+        case "${EXTRA_TRAIN_ARGS[i]}" in
+            --rollout-max-response-len) budget="${EXTRA_TRAIN_ARGS[i + 1]:-$budget}" ;;
+            --rollout-max-response-len=*) budget="${EXTRA_TRAIN_ARGS[i]#*=}" ;;
+        esac
+    done
+    verdict=$(strands_python -m strands_slime.config "$ROLLOUT_CONFIG" --max-response-len "$budget" 2>&1) ||
+        die "ROLLOUT_CONFIG: $(last_line "$verdict")"
     log "$verdict"
-    # DAPO's overlong punishment counts back from the episode budget: a buffer as long as the budget
-    # punishes every response for its length. Without math-verify the reward silently falls back to
-    # string and number checks: a real run imports it (a broken install fails too), a dry run only
-    # looks for it (importing sympy is slow). One interpreter for both.
+    # Without math-verify the reward silently falls back to string and number checks: a real run
+    # imports it (a broken install fails too), a dry run only looks for it (importing sympy is slow).
     status=0
     verdict=$(strands_python -c '
 import importlib, importlib.util, sys
 from strands_slime.config import load_config
 reward = load_config(sys.argv[1]).reward
-buffer = reward.overlong_buffer_tokens
-if buffer is not None and buffer * 2 > int(sys.argv[3]):
-    print(f"reward.overlong_buffer_tokens ({buffer}) must be at most half of MAX_RESPONSE_LEN ({sys.argv[3]})")
-    sys.exit(3)
 if reward.math_verify:
     if sys.argv[2] == "1":
         sys.exit(4 if importlib.util.find_spec("math_verify") is None else 0)
@@ -681,7 +706,7 @@ if reward.math_verify:
         importlib.import_module("math_verify")
     except Exception:
         sys.exit(4)
-' "$ROLLOUT_CONFIG" "$(dry_run && echo 1 || echo 0)" "$MAX_RESPONSE_LEN" 2>&1) || status=$?
+' "$ROLLOUT_CONFIG" "$(dry_run && echo 1 || echo 0)" 2>&1) || status=$?
     if ((status == 4)); then
         problem="ROLLOUT_CONFIG enables reward.math_verify but the math-verify package is not installed on this node: pip install 'math-verify>=0.7' (or set math_verify: false)"
         if dry_run; then log "note (dry run, not fatal): $problem"; else die "$problem"; fi
@@ -789,14 +814,6 @@ check_previous_launch() {
         ((stop)) && stop_pid "$ray_node" "ray start" "the earlier launch's Ray node (KILL_STALE=1)"
     fi
     return 0
-}
-
-# latest_checkpoint: the iteration Megatron last completed in CHECKPOINT_DIR, or "none".
-latest_checkpoint() {
-    local iteration=""
-    [[ -f "$CHECKPOINT_DIR/latest_checkpointed_iteration.txt" ]] &&
-        read -r iteration <"$CHECKPOINT_DIR/latest_checkpointed_iteration.txt"
-    printf '%s' "${iteration:-none}"
 }
 
 # shellcheck disable=SC2329  # run by the EXIT trap
@@ -913,7 +930,8 @@ run_preflight() {
         strands_python -m strands_slime.launch.preflight "${args[@]}" --notes-only >/dev/null || true
         return 0
     fi
-    args+=(--writable "$SAVE_DIR" --writable "$RUN_DIR")
+    args+=(--writable "$SAVE_DIR" --writable "$RUN_DIR" --sandbox-config "$ROLLOUT_CONFIG")
+    is_true "$SANDBOX_HOST_NETWORK" && args+=(--allow-host-network)
     is_true "$PILOT" && args+=(--writable "$PILOT_DIR")
     local verdict
     verdict=$(strands_python -m strands_slime.launch.preflight "${args[@]}" 2>&1) || {
@@ -1053,10 +1071,13 @@ supervise() {
         --watchdog-seconds "$((WATCHDOG_MINUTES * 60))" --poll-interval "$RAY_POLL_INTERVAL"
         --status-timeout "$RAY_STATUS_TIMEOUT" --node-wait-timeout "$RAY_WAIT_TIMEOUT" --checkpoint-gb "$CHECKPOINT_GB")
     is_true "$PILOT" && cmd+=(--pilot)
+    # Megatron keeps every checkpoint whose iteration is a multiple of --save-retain-interval, and 0
+    # is one: with SAVE_INTERVAL=1 the first save (iteration 0) would stay forever.
+    [[ "$KEEP_CHECKPOINTS" == latest ]] && ((SAVE_INTERVAL == 1)) && cmd+=(--remove-first-checkpoint)
     if dry_run; then
         printf '# runtime-env (written to a private file in RUN_DIR):\n'
         runtime_env_json | sed 's/^/#   /'
-        printf '# the supervisor waits for %s nodes with %s GPUs in all (up to %ss), then submits, each attempt:\n' \
+        printf '# the supervisor waits until %s nodes with %s GPUs in all have joined (up to %ss), then submits, each attempt:\n' \
             "$NUM_NODES" "$TOTAL_GPUS" "$RAY_WAIT_TIMEOUT"
         print_cmd "${submit[@]}" --runtime-env RUNTIME_ENV_FILE -- "${TRAIN_CMD[@]}"
         printf '# and supervises it with:\n'
@@ -1086,10 +1107,14 @@ supervise() {
 analyze_pilot() {
     local samples=("$PILOT_DIR"/gpu-node*.jsonl) extra=()
     [[ -n "$GPU_HOUR_PRICE" ]] && extra+=(--gpu-hour-price "$GPU_HOUR_PRICE")
+    [[ -n "$RUN_HOURS" ]] && extra+=(--run-hours "$RUN_HOURS")
+    ((RUN_EVAL_INTERVAL > 0)) && extra+=(--eval-interval "$RUN_EVAL_INTERVAL" --eval-prompts "$EVAL_PROMPTS"
+        --eval-samples-per-prompt "$N_SAMPLES_PER_EVAL_PROMPT" --eval-max-response-len "$EVAL_MAX_RESPONSE_LEN")
     local cmd=(python3 -m strands_slime.launch.pilot analyze --log "$NODE_DIR/job-$JOB_ID.log"
         --out "$PILOT_DIR" --tensorboard "$TENSORBOARD_DIR" --checkpoint-dir "$CHECKPOINT_DIR"
         --num-rollout "$NUM_ROLLOUT" --gpus "$TOTAL_GPUS" --nodes "$NUM_NODES" --retain "$KEEP_CHECKPOINTS"
-        --checkpoint-gb "$CHECKPOINT_GB" --max-hours-at-risk "$SAVE_HOURS" "${extra[@]}"
+        --checkpoint-gb "$CHECKPOINT_GB" --max-hours-at-risk "$SAVE_HOURS" --max-tokens-per-gpu "$MAX_TOKENS_PER_GPU"
+        "${extra[@]}"
         "${PILOT_SETTINGS[@]/#/--setting=}")
     if dry_run; then
         printf '# after the pilot: stop the GPU samplers, then measure and project:\n'
@@ -1231,7 +1256,7 @@ else
         printf '# wait for the Ray head at %s:%s (up to %ss), then check this node against the head\n' \
             "$MASTER_ADDR" "$RAY_PORT" "$RAY_WAIT_TIMEOUT"
         is_true "$PILOT" && start_gpu_sampler
-        start_ray_node --address "$MASTER_ADDR:$RAY_PORT" --node-ip-address "$NODE_IP" \
+        start_ray_node --address "$MASTER_ADDR:$RAY_PORT" --node-ip-address "$NODE_IP" --temp-dir "$RAY_TEMP_DIR" \
             --num-gpus "$GPUS_PER_NODE" --disable-usage-stats "${RAY_RESOURCE_ARGS[@]}"
         exit 0
     fi
@@ -1252,7 +1277,7 @@ else
         else
             wait_until_head_is_up "the head did not come back"
         fi
-        start_ray_node --address "$MASTER_ADDR:$RAY_PORT" --node-ip-address "$NODE_IP" \
+        start_ray_node --address "$MASTER_ADDR:$RAY_PORT" --node-ip-address "$NODE_IP" --temp-dir "$RAY_TEMP_DIR" \
             --num-gpus "$GPUS_PER_NODE" --disable-usage-stats "${RAY_RESOURCE_ARGS[@]}"
         status=0
         wait "$RAY_NODE_PID" || status=$?

@@ -491,7 +491,7 @@ def test_multi_node_rank0_starts_the_head_and_submits(tools: Path, tmp_path: Pat
     assert head[:3] == ["ray", "start", "--head"]
     assert head[head.index("--node-ip-address") + 1] == "10.0.0.1"
     assert head[head.index("--port") + 1] == "6379"
-    assert "# wait until 2 nodes with 16 GPUs in all have joined" in result.stdout
+    assert "waits until 2 nodes with 16 GPUs in all have joined" in result.stdout
     flags = _parse_flags(_train_command(result.stdout))
     assert flags["--actor-num-nodes"] == ["2"]
     assert flags["--actor-num-gpus-per-node"] == ["8"]
@@ -510,6 +510,8 @@ def test_multi_node_rank1_joins_as_a_worker_and_submits_nothing(tools: Path, tmp
             "10.0.0.1:6379",
             "--node-ip-address",
             "10.0.0.2",
+            "--temp-dir",  # node-local and short, as on the head
+            str(tmp_path / "ray"),
             "--num-gpus",
             "8",
             "--disable-usage-stats",
@@ -1208,8 +1210,9 @@ def test_head_gives_up_when_workers_never_join(tools: Path, tmp_path: Path) -> N
     )  # the head itself must come up within it
     result = _run(TRAIN_SCRIPT, env, "--foreground")
     assert result.returncode == 1
-    (error,) = _error_lines(result.stderr)
-    assert "1/2 nodes" in error and "NODE_RANK=1" in error
+    reason = _state(tmp_path)["stop_reason"]
+    assert reason.startswith("gave up: waited 5s for 2 node(s) with 16 GPUs; 1 nodes, 8 GPUs alive")
+    assert "NODE_RANK 1..1" in reason and reason in result.stderr
     assert ["job", "submit"] not in _verbs(_ray_calls(tmp_path))
     assert [stop["by_signal"] for stop in _node_stops(_ray_calls(tmp_path))] == [True]
 
@@ -1572,17 +1575,46 @@ def test_the_pilot_runs_the_same_job_shorter_with_eval_off_into_its_own_folder(
     assert "--setting=MAX_RESPONSE_LEN=32768" in analyze
     # the pilot itself needs no step time to size its checkpoints by
     assert "no step time to size checkpoints by" not in result.stderr
+    # it projects the run's evaluation (its own is off) and the longest episode against the cap
+    assert analyze[analyze.index("--eval-interval") + 1] == "20"
+    assert analyze[analyze.index("--eval-samples-per-prompt") + 1] == "16"
+    assert analyze[analyze.index("--max-tokens-per-gpu") + 1] == "18432"
+    assert "--setting=EXTRA_TRAIN_ARGS=" in analyze and "--run-hours" not in analyze
 
 
 @pytest.mark.slow
-def test_the_4x8_preset_scales_the_batch_with_the_gpus(tools: Path, tmp_path: Path) -> None:
+def test_the_pilot_records_the_extra_flags_and_sizes_the_run_to_the_hours_given(
+    tools: Path, tmp_path: Path
+) -> None:
+    result = _dry_train(tools, tmp_path, "--pilot", "--", "--lr", "2e-6", RUN_HOURS="48")
+    analyze = next(c for c in _commands(result.stdout) if "strands_slime.launch.pilot" in c)
+    assert "--setting=EXTRA_TRAIN_ARGS=--lr 2e-6" in analyze
+    assert analyze[analyze.index("--run-hours") + 1] == "48"
+
+
+@pytest.mark.slow
+def test_the_4x8_preset_keeps_the_one_node_recipes_samples_per_update(tools: Path, tmp_path: Path) -> None:
+    one = _parse_flags(_train_command(_dry_train(tools, tmp_path).stdout))
     flags = _parse_flags(
         _train_command(_dry_train(tools, tmp_path, PRESET="4x8", MASTER_ADDR="10.0.0.1").stdout)
     )
     assert flags["--actor-num-nodes"] == ["4"] and flags["--actor-num-gpus-per-node"] == ["8"]
     assert flags["--rollout-batch-size"] == ["64"] and flags["--over-sampling-batch-size"] == ["128"]
-    assert flags["--global-batch-size"] == ["512"] and flags["--n-samples-per-prompt"] == ["8"]
-    assert flags["--num-rollout"] == ["750"], "as many prompts as 3000 steps of 16"
+    assert flags["--n-samples-per-prompt"] == ["8"] and flags["--lr"] == one["--lr"]
+
+    def per_run(f: dict[str, list[str]]) -> tuple[int, int, int]:
+        samples = int(f["--rollout-batch-size"][0]) * int(f["--n-samples-per-prompt"][0])
+        updates = samples // int(f["--global-batch-size"][0])
+        return (
+            int(f["--global-batch-size"][0]),
+            updates * int(f["--num-rollout"][0]),
+            samples * int(f["--num-rollout"][0]),
+        )
+
+    # the same samples per optimizer update, updates and samples over the run: four updates per
+    # rollout (as DAPO takes several) where one node takes one, at the same learning rate
+    assert per_run(flags) == per_run(one) == (128, 3000, 384_000)
+    assert flags["--num-rollout"] == ["750"]
     mine = _parse_flags(
         _train_command(
             _dry_train(tools, tmp_path, PRESET="4x8", MASTER_ADDR="10.0.0.1", NUM_ROLLOUT="100").stdout
@@ -1811,7 +1843,26 @@ def test_an_overlong_buffer_as_long_as_the_budget_is_refused(tools: Path, tmp_pa
     result = _run(TRAIN_SCRIPT, _env(tools, tmp_path, DRY_RUN="1", ROLLOUT_CONFIG=str(config)))
     assert result.returncode == 1
     (error,) = _error_lines(result.stderr)
-    assert "overlong_buffer_tokens (20000) must be at most half of MAX_RESPONSE_LEN (32768)" in error
+    assert "overlong_buffer_tokens (20000) must be at most half of the episode budget" in error
+    assert "--rollout-max-response-len (32768)" in error
+    # the budget train.py gets: a flag after -- wins over MAX_RESPONSE_LEN (the recipe's 4096 vs 1024)
+    recipe = _run(
+        TRAIN_SCRIPT, _env(tools, tmp_path, DRY_RUN="1"), "--", "--rollout-max-response-len", "1024"
+    )
+    assert recipe.returncode == 1
+    (error,) = _error_lines(recipe.stderr)
+    assert "overlong_buffer_tokens (4096)" in error and "--rollout-max-response-len (1024)" in error
+    assert "every response" in error
+
+
+@pytest.mark.slow
+def test_many_nodes_without_the_preset_say_the_batch_stays_a_one_node_batch(
+    tools: Path, tmp_path: Path
+) -> None:
+    result = _dry_train(tools, tmp_path, NUM_NODES="4", MASTER_ADDR="10.0.0.1")
+    assert "note: NUM_NODES=4 keeps the one-node batch" in result.stderr and "PRESET=4x8" in result.stderr
+    mine = _dry_train(tools, tmp_path, NUM_NODES="4", MASTER_ADDR="10.0.0.1", ROLLOUT_BATCH_SIZE="64")
+    assert "keeps the one-node batch" not in mine.stderr
 
 
 @pytest.mark.slow

@@ -516,8 +516,7 @@ class Supervisor:
             counts = self.ray.nodes()
             nodes, gpus = counts if counts is not None else (0, 0)
             if counts is not None and nodes >= s.nodes and gpus >= s.gpus:
-                if self.waiting_for is not None:
-                    self.log(f"the cluster is back: {nodes} nodes, {gpus} GPUs")
+                self.log(f"Ray cluster ready: {nodes} nodes, {gpus} GPUs")
                 self.waiting_for = None
                 return ""
             seen = "the cluster does not answer" if counts is None else f"{nodes} nodes, {gpus} GPUs alive"
@@ -566,8 +565,10 @@ class Supervisor:
         self.write_state("starting")
         reason = self._wait_for_cluster()
         if reason:
-            self.stop_reason = reason
-            self.log(reason)
+            self.stop_reason = (
+                f"{reason}; is the launch running on every other node (NODE_RANK 1..{s.nodes - 1})?"
+            )
+            self.log(self.stop_reason)
             self.write_state("failed")
             return 1
         while True:
