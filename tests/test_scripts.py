@@ -1210,7 +1210,8 @@ def test_head_gives_up_when_workers_never_join(tools: Path, tmp_path: Path) -> N
     )  # the head itself must come up within it
     result = _run(TRAIN_SCRIPT, env, "--foreground")
     assert result.returncode == 1
-    reason = _state(tmp_path)["stop_reason"]
+    state = json.loads((tmp_path / "run-node0" / "node0" / "state.json").read_text())
+    reason = state["stop_reason"]
     assert reason.startswith("gave up: waited 5s for 2 node(s) with 16 GPUs; 1 nodes, 8 GPUs alive")
     assert "NODE_RANK 1..1" in reason and reason in result.stderr
     assert ["job", "submit"] not in _verbs(_ray_calls(tmp_path))
