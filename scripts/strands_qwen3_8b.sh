@@ -22,9 +22,10 @@ Usage: scripts/strands_qwen3_8b.sh [--pilot] [--dry-run] [--foreground] [-- EXTR
 Train Qwen3-8B with slime + strands_slime. Run it on every node: rank 0 starts the Ray head and
 submits train.py, other ranks join as Ray workers. Every check runs first, in the terminal; then
 the launcher detaches (its own session, immune to a closed terminal) and logs to
-$RUN_DIR/node$NODE_RANK/launch.log. On rank 0 it supervises the job: after a crash it resubmits,
-resuming from the latest checkpoint, up to MAX_RESTARTS times with a growing pause, and records
-why it stopped in $RUN_DIR/node0/state.json. `kill -TERM <its PID>` stops the job and the Ray node
+$RUN_DIR/node$NODE_RANK/launch.log. On rank 0 it supervises the job from Ray's job state: after a crash
+or a hang (WATCHDOG_MINUTES) it stops the job, waits for every node, resubmits from the latest
+checkpoint (MAX_RESTARTS within RESTART_WINDOW_HOURS), and records what it does and why in
+$RUN_DIR/node0/state.json. `kill -TERM <its PID>` stops the job and the Ray node
 this launcher started, nothing else. Flags after `--` are appended to train.py's command line (the
 last occurrence of a flag wins).
 
@@ -39,8 +40,9 @@ Options
   -h, --help             this text
 
 Environment (default). Every path must be absolute and the same on every node.
-  PRESET (1x8; 4x8 = four nodes of 8 GPUs with the batch scaled 4x: NUM_NODES 4,
-  ROLLOUT_BATCH_SIZE 64, GLOBAL_BATCH_SIZE 512, NUM_ROLLOUT 750; variables you set win)
+  PRESET (1x8; 4x8 = four nodes of 8 GPUs, four times the episodes per rollout in four optimizer
+  updates of the one-node 128 samples: NUM_NODES 4, ROLLOUT_BATCH_SIZE 64, GLOBAL_BATCH_SIZE 128,
+  NUM_ROLLOUT 750; variables you set win)
   SLIME_DIR (/root/slime)  MEGATRON_DIR (/root/Megatron-LM)  STRANDS_SLIME_DIR (this repository)
   MODEL_DIR (/root/models)  HF_CHECKPOINT ($MODEL_DIR/Qwen3-8B)
   REF_LOAD ($MODEL_DIR/Qwen3-8B_torch_dist)  SAVE_DIR (/root/checkpoints/qwen3-8b-strands-slime;
@@ -70,16 +72,21 @@ Environment (default). Every path must be absolute and the same on every node.
   SAVE_HOURS (2: most hours of steps a crash may lose)  SAVE_INTERVAL (steps; default: SAVE_HOURS
   of the pilot's p90 step time from PILOT_JSON, else of STEP_MINUTES, your estimate)
   KEEP_CHECKPOINTS (latest; all keeps every one)  CHECKPOINT_GB (115: one checkpoint's size)
-  MAX_RESTARTS (5)  MAX_RESTARTS_WITHOUT_PROGRESS (2)  RESTART_BACKOFF (60 s, doubling up to
-  RESTART_BACKOFF_MAX, 1800 s)
+  MAX_RESTARTS (5, within any RESTART_WINDOW_HOURS, 24)  MAX_RESTARTS_WITHOUT_PROGRESS (2)
+  RESTART_BACKOFF (60 s, doubling while restarts bring no new checkpoint, up to RESTART_BACKOFF_MAX, 1800 s)
+  WATCHDOG_MINUTES (180: no new step, rollout or checkpoint for that long stops the job; 0 = off)
+  RAY_STATUS_TIMEOUT (300 s: how long Ray may fail to report the job's state before it counts as lost)
   PILOT_STEPS (8)  PILOT_DIR ($SAVE_DIR/pilot)  PILOT_JSON ($PILOT_DIR/pilot.json)
   PILOT_KEEP_CHECKPOINT (0)  GPU_HOUR_PRICE (unset: the pilot projects GPU-hours, no cost)
+  RUN_HOURS (unset: the pilot also gives the NUM_ROLLOUT that fits these wall-clock hours)
   TP_SIZE (2)  MAX_TOKENS_PER_GPU (18432)  ROLLOUT_GPUS_PER_ENGINE (2)
   SGLANG_MEM_FRACTION (0.7)  ROUTER_POLICY (manual)  ROUTER_ASSIGNMENT_MODE (min_load)
   LR (1e-6)  KL_LOSS_COEF (0; > 0 adds --use-kl-loss)  ENTROPY_COEF (0)
   OFF_POLICY_CORRECTION (tis | rollout-logprobs | none)
   WANDB_API_KEY, WANDB_KEY or WANDB_API_KEY_FILE (a file only you can read) (unset: no W&B)
   WANDB_PROJECT (strands-slime)  WANDB_GROUP (qwen3-8b-strands-math)
+  SANDBOX_HOST_NETWORK (0; 1 = accept a node where the sandbox cannot isolate model code from the
+  network, see docs/training.md "Sandbox isolation"; the preflight refuses such a node otherwise)
   KILL_STALE (0; 1 = first stop a launch of this script, and the Ray node it started, that is
   still running on this node from RUN_DIR's PID files)
   REUSE_RAY (0; 1 = submit to a Ray cluster that is already running instead of refusing)
@@ -120,15 +127,17 @@ fi
 
 # ---------------------------------------------------------------- configuration
 # A preset only fills what the environment leaves unset.
+USER_SET_BATCH="${ROLLOUT_BATCH_SIZE:-}${GLOBAL_BATCH_SIZE:-}"
 PRESET="${PRESET:-1x8}"
 case "$PRESET" in
     1x8) ;;
     4x8)
-        # Four times the GPUs: four times the batch, one optimizer step per rollout as on one node
-        # (the same per-GPU work), and a quarter of the steps, so the run sees as many prompts.
+        # Four times the GPUs: four times the episodes per rollout, in optimizer updates of the
+        # one-node recipe's 128 samples (four per rollout, as DAPO takes several), at the same
+        # learning rate; a quarter of the rollouts, so the run sees as many samples and updates.
         NUM_NODES="${NUM_NODES:-4}"
         ROLLOUT_BATCH_SIZE="${ROLLOUT_BATCH_SIZE:-64}"
-        GLOBAL_BATCH_SIZE="${GLOBAL_BATCH_SIZE:-512}"
+        GLOBAL_BATCH_SIZE="${GLOBAL_BATCH_SIZE:-128}"
         NUM_ROLLOUT="${NUM_ROLLOUT:-750}"
         ;;
     *) die "PRESET must be 1x8 or 4x8, got '$PRESET'" ;;
@@ -187,6 +196,9 @@ SAVE_INTERVAL="${SAVE_INTERVAL:-}"
 STEP_MINUTES="${STEP_MINUTES:-}"
 KEEP_CHECKPOINTS="${KEEP_CHECKPOINTS:-latest}"
 MAX_RESTARTS="${MAX_RESTARTS:-5}"
+RESTART_WINDOW_HOURS="${RESTART_WINDOW_HOURS:-24}"
+WATCHDOG_MINUTES="${WATCHDOG_MINUTES:-180}"
+RAY_STATUS_TIMEOUT="${RAY_STATUS_TIMEOUT:-300}"
 MAX_RESTARTS_WITHOUT_PROGRESS="${MAX_RESTARTS_WITHOUT_PROGRESS:-2}"
 RESTART_BACKOFF="${RESTART_BACKOFF:-60}"
 RESTART_BACKOFF_MAX="${RESTART_BACKOFF_MAX:-1800}"
@@ -195,6 +207,7 @@ PILOT_DIR="${PILOT_DIR:-$SAVE_DIR/pilot}"
 PILOT_JSON="${PILOT_JSON:-$PILOT_DIR/pilot.json}"
 PILOT_KEEP_CHECKPOINT="${PILOT_KEEP_CHECKPOINT:-0}"
 GPU_HOUR_PRICE="${GPU_HOUR_PRICE:-}"
+RUN_HOURS="${RUN_HOURS:-}"
 TP_SIZE="${TP_SIZE:-2}"
 MAX_TOKENS_PER_GPU="${MAX_TOKENS_PER_GPU:-18432}"
 ROLLOUT_GPUS_PER_ENGINE="${ROLLOUT_GPUS_PER_ENGINE:-2}"
@@ -211,6 +224,7 @@ WANDB_API_KEY_FILE="${WANDB_API_KEY_FILE:-}"
 WANDB_PROJECT="${WANDB_PROJECT:-strands-slime}"
 WANDB_GROUP="${WANDB_GROUP:-qwen3-8b-strands-math}"
 
+SANDBOX_HOST_NETWORK="${SANDBOX_HOST_NETWORK:-0}"
 KILL_STALE="${KILL_STALE:-0}"
 REUSE_RAY="${REUSE_RAY:-0}"
 KEEP_RAY="${KEEP_RAY:-0}"
@@ -237,22 +251,23 @@ OVER_SAMPLING_BATCH_SIZE="${OVER_SAMPLING_BATCH_SIZE:-$((2 * 10#$ROLLOUT_BATCH_S
 for name in NUM_NODES GPUS_PER_NODE NUM_ROLLOUT ROLLOUT_BATCH_SIZE OVER_SAMPLING_BATCH_SIZE \
     N_SAMPLES_PER_PROMPT GLOBAL_BATCH_SIZE MAX_RESPONSE_LEN N_SAMPLES_PER_EVAL_PROMPT \
     EVAL_MAX_RESPONSE_LEN TP_SIZE MAX_TOKENS_PER_GPU ROLLOUT_GPUS_PER_ENGINE RAY_PORT \
-    RAY_DASHBOARD_PORT RAY_WAIT_TIMEOUT RAY_STOP_TIMEOUT RAY_POLL_INTERVAL MAX_RESTARTS_WITHOUT_PROGRESS; do
+    RAY_DASHBOARD_PORT RAY_WAIT_TIMEOUT RAY_STOP_TIMEOUT RAY_POLL_INTERVAL RAY_STATUS_TIMEOUT \
+    MAX_RESTARTS_WITHOUT_PROGRESS; do
     require_int "$name" 1
 done
-for name in NODE_RANK CHECKPOINT_GB EVAL_INTERVAL MAX_RESTARTS RESTART_BACKOFF RESTART_BACKOFF_MAX; do
+for name in NODE_RANK CHECKPOINT_GB EVAL_INTERVAL MAX_RESTARTS RESTART_BACKOFF RESTART_BACKOFF_MAX WATCHDOG_MINUTES; do
     require_int "$name" 0
 done
 # A pilot leaves its first step out of the statistics: it needs at least two more.
 require_int PILOT_STEPS 3
 [[ -z "$SAVE_INTERVAL" ]] || require_int SAVE_INTERVAL 1
-for name in ROLLOUT_TEMPERATURE SGLANG_MEM_FRACTION LR KL_LOSS_COEF ENTROPY_COEF SAVE_HOURS; do
+for name in ROLLOUT_TEMPERATURE SGLANG_MEM_FRACTION LR KL_LOSS_COEF ENTROPY_COEF SAVE_HOURS RESTART_WINDOW_HOURS; do
     require_number "$name"
 done
-for name in STEP_MINUTES GPU_HOUR_PRICE; do
+for name in STEP_MINUTES GPU_HOUR_PRICE RUN_HOURS; do
     [[ -z "${!name}" ]] || require_number "$name"
 done
-for name in KILL_STALE REUSE_RAY KEEP_RAY DYNAMIC_SAMPLING PARTIAL_ROLLOUT MASK_OFFPOLICY_IN_PARTIAL_ROLLOUT \
+for name in SANDBOX_HOST_NETWORK KILL_STALE REUSE_RAY KEEP_RAY DYNAMIC_SAMPLING PARTIAL_ROLLOUT MASK_OFFPOLICY_IN_PARTIAL_ROLLOUT \
     PILOT_KEEP_CHECKPOINT LAUNCH_CHECKED; do
     is_true "${!name}" || true
 done
@@ -270,6 +285,9 @@ if is_true "$MASK_OFFPOLICY_IN_PARTIAL_ROLLOUT" && ! is_true "$PARTIAL_ROLLOUT";
 fi
 
 ((NODE_RANK < NUM_NODES)) || die "NODE_RANK ($NODE_RANK) must be < NUM_NODES ($NUM_NODES)"
+if ((NUM_NODES > 1)) && [[ "$PRESET" == 1x8 && -z "$USER_SET_BATCH" ]]; then
+    log "note: NUM_NODES=$NUM_NODES keeps the one-node batch ($ROLLOUT_BATCH_SIZE prompts, $GLOBAL_BATCH_SIZE samples per update) on $NUM_NODES times the GPUs, most of them idle each step; PRESET=4x8 scales it (or set ROLLOUT_BATCH_SIZE)"
+fi
 TOTAL_GPUS=$((NUM_NODES * GPUS_PER_NODE))
 ((GPUS_PER_NODE % TP_SIZE == 0)) || die "GPUS_PER_NODE ($GPUS_PER_NODE) must be a multiple of TP_SIZE ($TP_SIZE)"
 ((TOTAL_GPUS % ROLLOUT_GPUS_PER_ENGINE == 0)) ||
@@ -356,11 +374,12 @@ CLUSTER_ARGS=(
     --colocate
 )
 
+RUN_EVAL_INTERVAL="$EVAL_INTERVAL"
 # A pilot runs PILOT_STEPS steps of the same job with eval off, into its own checkpoint folder (so
 # it never resumes, or overwrites, the run's checkpoints), and saves halfway so the save is timed.
 if is_true "$PILOT"; then
     JOB_STEPS="$PILOT_STEPS"
-    EVAL_INTERVAL=0
+    EVAL_INTERVAL=0 # the run's (RUN_EVAL_INTERVAL) goes into the pilot's projection
     CHECKPOINT_DIR="$PILOT_DIR/checkpoint"
     TENSORBOARD_DIR="$PILOT_DIR/tensorboard"
 else
@@ -549,9 +568,15 @@ check_file "torch_dist checkpoint (REF_LOAD)" "$REF_LOAD/latest_checkpointed_ite
     "run scripts/convert_qwen3_8b.sh"
 check_file "training data (PROMPT_DATA)" "$PROMPT_DATA" "python -m data_prep.download --out $DATA_DIR"
 check_file "rollout config (ROLLOUT_CONFIG)" "$ROLLOUT_CONFIG"
-if ((EVAL_INTERVAL > 0)); then
+# count_prompts FILE: lines of a JSONL dataset (0 if unreadable): the pilot projects evaluation from them.
+count_prompts() {
+    [[ -r "$1" ]] && EVAL_PROMPTS=$((EVAL_PROMPTS + $(wc -l <"$1"))) || true
+}
+EVAL_PROMPTS=0
+if ((RUN_EVAL_INTERVAL > 0)); then
     if [[ -z "$EVAL_CONFIG" ]]; then
         check_file "eval data (EVAL_DATA)" "$EVAL_DATA" "python -m data_prep.download --out $DATA_DIR"
+        count_prompts "$EVAL_DATA"
     elif [[ -f "$EVAL_CONFIG" ]]; then
         # The file's k and budget, resolved as slime resolves it (DATA_DIR as the job will see it).
         settings=$(DATA_DIR="$DATA_DIR" python3 "$SCRIPT_DIR/lib/eval_settings.py" "$EVAL_CONFIG" \
@@ -561,11 +586,12 @@ if ((EVAL_INTERVAL > 0)); then
             [[ "$dataset_path" == /* ]] ||
                 die "EVAL_CONFIG ($EVAL_CONFIG) names a relative dataset path '$dataset_path'; make it absolute"
             check_file "eval dataset named in EVAL_CONFIG" "$dataset_path" "python -m data_prep.download --out $DATA_DIR"
+            count_prompts "$dataset_path"
         done < <(tail -n +2 <<<"$settings")
     else
         check_file "eval config (EVAL_CONFIG)" "$EVAL_CONFIG"
     fi
-    EVAL_ARGS+=(--n-samples-per-eval-prompt "$N_SAMPLES_PER_EVAL_PROMPT" --eval-max-response-len "$EVAL_MAX_RESPONSE_LEN")
+    ((EVAL_INTERVAL > 0)) && EVAL_ARGS+=(--n-samples-per-eval-prompt "$N_SAMPLES_PER_EVAL_PROMPT" --eval-max-response-len "$EVAL_MAX_RESPONSE_LEN")
 fi
 
 # Settings that decide a step's time: a pilot.json measured under others does not size this run.
@@ -576,6 +602,7 @@ PILOT_SETTINGS=(
     "ROLLOUT_GPUS_PER_ENGINE=$ROLLOUT_GPUS_PER_ENGINE" "MAX_TOKENS_PER_GPU=$MAX_TOKENS_PER_GPU"
     "SGLANG_MEM_FRACTION=$SGLANG_MEM_FRACTION" "PARTIAL_ROLLOUT=$PARTIAL_ROLLOUT"
     "DYNAMIC_SAMPLING=$DYNAMIC_SAMPLING" "OFF_POLICY_CORRECTION=$OFF_POLICY_CORRECTION"
+    "EXTRA_TRAIN_ARGS=${EXTRA_TRAIN_ARGS[*]}"
 )
 strands_python() {
     PYTHONPATH="$STRANDS_SLIME_DIR${PYTHONPATH:+:$PYTHONPATH}" python3 "$@"
@@ -652,21 +679,26 @@ finish_checks
 # The package's own validator: a misspelled key stops the launch, not the job an hour later. The
 # detached launcher skips what its parent checked a moment ago (importing math-verify takes seconds).
 if [[ -f "$ROLLOUT_CONFIG" && -d "$STRANDS_SLIME_DIR/strands_slime" ]] && ! is_true "$LAUNCH_CHECKED"; then
-    verdict=$(strands_python -m strands_slime.config "$ROLLOUT_CONFIG" 2>&1) || die "ROLLOUT_CONFIG: $(last_line "$verdict")"
+    # DAPO's overlong punishment counts back from the episode budget train.py gets (MAX_RESPONSE_LEN,
+    # or the last --rollout-max-response-len after --): a buffer as long as the budget punishes every
+    # response for its length, so the config is checked against that budget.
+    budget="$MAX_RESPONSE_LEN"
+    for ((i = 0; i < ${#EXTRA_TRAIN_ARGS[@]}; i++)); do
+        case "${EXTRA_TRAIN_ARGS[i]}" in
+            --rollout-max-response-len) budget="${EXTRA_TRAIN_ARGS[i + 1]:-$budget}" ;;
+            --rollout-max-response-len=*) budget="${EXTRA_TRAIN_ARGS[i]#*=}" ;;
+        esac
+    done
+    verdict=$(strands_python -m strands_slime.config "$ROLLOUT_CONFIG" --max-response-len "$budget" 2>&1) ||
+        die "ROLLOUT_CONFIG: $(last_line "$verdict")"
     log "$verdict"
-    # DAPO's overlong punishment counts back from the episode budget: a buffer as long as the budget
-    # punishes every response for its length. Without math-verify the reward silently falls back to
-    # string and number checks: a real run imports it (a broken install fails too), a dry run only
-    # looks for it (importing sympy is slow). One interpreter for both.
+    # Without math-verify the reward silently falls back to string and number checks: a real run
+    # imports it (a broken install fails too), a dry run only looks for it (importing sympy is slow).
     status=0
     verdict=$(strands_python -c '
 import importlib, importlib.util, sys
 from strands_slime.config import load_config
 reward = load_config(sys.argv[1]).reward
-buffer = reward.overlong_buffer_tokens
-if buffer is not None and buffer * 2 > int(sys.argv[3]):
-    print(f"reward.overlong_buffer_tokens ({buffer}) must be at most half of MAX_RESPONSE_LEN ({sys.argv[3]})")
-    sys.exit(3)
 if reward.math_verify:
     if sys.argv[2] == "1":
         sys.exit(4 if importlib.util.find_spec("math_verify") is None else 0)
@@ -674,7 +706,7 @@ if reward.math_verify:
         importlib.import_module("math_verify")
     except Exception:
         sys.exit(4)
-' "$ROLLOUT_CONFIG" "$(dry_run && echo 1 || echo 0)" "$MAX_RESPONSE_LEN" 2>&1) || status=$?
+' "$ROLLOUT_CONFIG" "$(dry_run && echo 1 || echo 0)" 2>&1) || status=$?
     if ((status == 4)); then
         problem="ROLLOUT_CONFIG enables reward.math_verify but the math-verify package is not installed on this node: pip install 'math-verify>=0.7' (or set math_verify: false)"
         if dry_run; then log "note (dry run, not fatal): $problem"; else die "$problem"; fi
@@ -717,16 +749,12 @@ RAY_LOG_FILE="$NODE_DIR/ray-node.log"
 STATE_FILE="$NODE_DIR/state.json"
 HEAD_MARKER="$SAVE_DIR/.strands-slime-head"
 RAY_NODE_PID=""
-SUBMIT_PID=""
-SAMPLER_PID=""
+HEAD_CMD=()
 JOB_ID=""
-JOB_DONE=0
+SUPERVISOR_PID=""
+SAMPLER_PID=""
 RUNTIME_ENV_FILE=""
 RAY_VERSION=""
-ATTEMPT=0
-RESTARTS=0
-LAST_STATUS=""
-STOP_REASON=""
 
 # Ray's ports, pinned so that the network rule can name them (docs/training.md, "Exposure"); derived
 # from RAY_PORT so that two clusters on one machine (different RAY_PORTs) do not collide.
@@ -742,16 +770,16 @@ RAY_NODE_PORT_ARGS=(
 pid_alive() {
     local pid="$1" pattern="$2" cmdline
     [[ "$pid" =~ ^[0-9]+$ ]] || return 1
-    cmdline=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || return 1
+    cmdline=$(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline") || return 1
     [[ "$cmdline" == *"$pattern"* ]]
 }
 
-# stop_pid PID PATTERN WHAT: SIGTERM, then SIGKILL after RAY_STOP_TIMEOUT seconds.
+# stop_pid PID PATTERN WHAT [SECONDS [SIGNAL]]: SIGNAL (TERM), then SIGKILL after SECONDS (RAY_STOP_TIMEOUT).
 stop_pid() {
-    local pid="$1" pattern="$2" what="$3" deadline=$((SECONDS + RAY_STOP_TIMEOUT))
+    local pid="$1" pattern="$2" what="$3" deadline=$((SECONDS + ${4:-$RAY_STOP_TIMEOUT}))
     pid_alive "$pid" "$pattern" || return 0
     log "stopping $what (PID $pid)"
-    kill -TERM "$pid" 2>/dev/null || return 0
+    kill "-${5:-TERM}" "$pid" 2>/dev/null || return 0
     while pid_alive "$pid" "$pattern"; do
         if ((SECONDS >= deadline)); then
             log "$what (PID $pid) still running after ${RAY_STOP_TIMEOUT}s: SIGKILL"
@@ -788,62 +816,32 @@ check_previous_launch() {
     return 0
 }
 
-# latest_checkpoint: the iteration Megatron last completed in CHECKPOINT_DIR, or "none".
-latest_checkpoint() {
-    local iteration=""
-    [[ -f "$CHECKPOINT_DIR/latest_checkpointed_iteration.txt" ]] &&
-        read -r iteration <"$CHECKPOINT_DIR/latest_checkpointed_iteration.txt"
-    printf '%s' "${iteration:-none}"
-}
-
-# write_state STATUS: the run's state as JSON in STATE_FILE (rank 0), replaced atomically.
-write_state() {
-    ((NODE_RANK == 0)) && ! dry_run || return 0
-    local tmp="$STATE_FILE.tmp"
-    python3 -c '
-import json, sys, time
-keys = ("status", "stop_reason", "pilot", "attempt", "restarts", "max_restarts", "job_id",
-        "last_exit_status", "latest_checkpoint", "checkpoint_dir", "save_interval")
-state = dict(zip(keys, sys.argv[1:]))
-for key in ("attempt", "restarts", "max_restarts", "save_interval"):
-    state[key] = int(state[key])
-state["pilot"] = state["pilot"] == "1"
-state["last_exit_status"] = int(state["last_exit_status"]) if state["last_exit_status"] else None
-state["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-print(json.dumps(state, indent=2))
-' "$1" "$STOP_REASON" "$(is_true "$PILOT" && echo 1 || echo 0)" "$ATTEMPT" "$RESTARTS" "$MAX_RESTARTS" \
-        "$JOB_ID" "$LAST_STATUS" "$(latest_checkpoint)" "$CHECKPOINT_DIR" "$SAVE_INTERVAL" >"$tmp" &&
-        mv -f -- "$tmp" "$STATE_FILE"
-}
-
 # shellcheck disable=SC2329  # run by the EXIT trap
 cleanup() {
     local status=$?
     set +e # every step of the clean-up runs, whatever an earlier one returned
     trap - EXIT HUP INT TERM
-    if [[ -n "$JOB_ID" ]] && ((JOB_DONE == 0)); then
-        log "stopping Ray job $JOB_ID"
-        timeout "$RAY_STOP_TIMEOUT" ray job stop --address "http://127.0.0.1:$RAY_DASHBOARD_PORT" "$JOB_ID" >&2 || true
-    fi
-    if [[ -n "$SUBMIT_PID" ]]; then
-        stop_pid "$SUBMIT_PID" "job submit" "ray job submit"
+    # The supervisor stops the job it submitted (and records why) before this launch stops its Ray node.
+    if [[ -n "$SUPERVISOR_PID" ]]; then
+        # the signal this launcher got, so that state.json names it
+        stop_pid "$SUPERVISOR_PID" "launch.supervisor" "the job's supervisor" "$((2 * RAY_STATUS_TIMEOUT + 60))" \
+            "$( ((status > 128)) && echo $((status - 128)) || echo 15)"
     fi
     if [[ -n "$SAMPLER_PID" ]]; then
         stop_pid "$SAMPLER_PID" "gpu_sampler" "the GPU sampler"
         rm -f -- "$SAMPLER_PID_FILE"
     fi
     if ((NODE_RANK == 0)); then
-        if [[ -z "$STOP_REASON" ]]; then
-            STOP_REASON="the launcher stopped (exit status $status)"
-            if ((status > 128)); then
-                STOP_REASON="the launcher stopped by signal $((status - 128)) (exit status $status)"
-            fi
-            write_state stopped || true
-        fi
+        reason="the launcher stopped (exit status $status)"
+        ((status > 128)) && reason="the launcher stopped by signal $((status - 128)) (exit status $status)"
+        [[ -f "$STATE_FILE" ]] && strands_python -m strands_slime.launch.supervisor mark-stopped \
+            --state-file "$STATE_FILE" --reason "$reason"
         if ((NUM_NODES > 1)) && [[ -f "$HEAD_MARKER" ]]; then
             write_head_marker ended || true
         fi
     fi
+    # The supervisor records the head it started again, if it had to.
+    [[ -n "$RAY_NODE_PID" ]] && RAY_NODE_PID=$(recorded_pid "$RAY_PID_FILE")
     if [[ -n "$RAY_NODE_PID" ]]; then
         if is_true "$KEEP_RAY"; then
             log "KEEP_RAY=1: the Ray node keeps running (PID $RAY_NODE_PID; stop it with kill -TERM $RAY_NODE_PID)"
@@ -932,7 +930,8 @@ run_preflight() {
         strands_python -m strands_slime.launch.preflight "${args[@]}" --notes-only >/dev/null || true
         return 0
     fi
-    args+=(--writable "$SAVE_DIR" --writable "$RUN_DIR")
+    args+=(--writable "$SAVE_DIR" --writable "$RUN_DIR" --sandbox-config "$ROLLOUT_CONFIG")
+    is_true "$SANDBOX_HOST_NETWORK" && args+=(--allow-host-network)
     is_true "$PILOT" && args+=(--writable "$PILOT_DIR")
     local verdict
     verdict=$(strands_python -m strands_slime.launch.preflight "${args[@]}" 2>&1) || {
@@ -940,31 +939,6 @@ run_preflight() {
         die "preflight failed on rank $NODE_RANK ($NODE_IP): see the lines above"
     }
     log "$verdict"
-}
-
-# Wait until NUM_NODES nodes with GPUS_PER_NODE GPUs each have joined the cluster.
-wait_for_nodes() {
-    local deadline=$((SECONDS + RAY_WAIT_TIMEOUT)) counts nodes gpus
-    while :; do
-        counts=$(
-            python3 - "$MASTER_ADDR:$RAY_PORT" <<'PY' 2>/dev/null || true
-import sys
-import ray
-ray.init(address=sys.argv[1], logging_level="ERROR", log_to_driver=False)
-alive = sum(1 for node in ray.nodes() if node.get("Alive"))
-print(alive, int(ray.cluster_resources().get("GPU", 0)))
-PY
-        )
-        read -r nodes gpus <<<"${counts:-0 0}"
-        if ((nodes >= NUM_NODES && gpus >= TOTAL_GPUS)); then
-            log "Ray cluster ready: $nodes nodes, $gpus GPUs"
-            return
-        fi
-        ((SECONDS < deadline)) ||
-            die "only $nodes/$NUM_NODES nodes and $gpus/$TOTAL_GPUS GPUs joined within ${RAY_WAIT_TIMEOUT}s; start this script with NODE_RANK=1..$((NUM_NODES - 1)) on the other nodes"
-        log "waiting for Ray nodes: $nodes/$NUM_NODES nodes, $gpus/$TOTAL_GPUS GPUs"
-        nap "$(poll_delay "$deadline" "$RAY_POLL_INTERVAL")"
-    done
 }
 
 runtime_env_json() {
@@ -991,6 +965,7 @@ runtime_env_json() {
 # this launcher, which decides what stops), recorded in RAY_PID_FILE.
 start_ray_node() {
     local cmd=(ray start "$@" "${RAY_NODE_PORT_ARGS[@]}" --block)
+    HEAD_CMD=("${cmd[@]}")
     if dry_run; then
         print_cmd "${cmd[@]}"
         return
@@ -1082,119 +1057,64 @@ start_gpu_sampler() {
     printf '%s\n' "$SAMPLER_PID" >"$SAMPLER_PID_FILE"
 }
 
-submit_job() {
-    JOB_ID="strands-qwen3-8b-$(date +%Y%m%d-%H%M%S)-$$-$ATTEMPT"
-    JOB_DONE=0
-    local submit=(ray job submit --address "http://127.0.0.1:$RAY_DASHBOARD_PORT" --submission-id "$JOB_ID")
+# supervise: submit train.py and supervise it (strands_slime.launch.supervisor): Ray's job state, never
+# the submit client's exit code; the old job stopped before any resubmit; the nodes waited for; a
+# progress watchdog; restarts within a window. The run's state goes to STATE_FILE.
+supervise() {
+    local submit=(ray job submit --address "http://127.0.0.1:$RAY_DASHBOARD_PORT" --submission-id JOB_ID --no-wait)
+    local cmd=(python3 -m strands_slime.launch.supervisor run --state-file "$STATE_FILE" --node-dir "$NODE_DIR"
+        --checkpoint-dir "$CHECKPOINT_DIR" --save-dir "$SAVE_DIR" --address "http://127.0.0.1:$RAY_DASHBOARD_PORT"
+        --gcs-address "$MASTER_ADDR:$RAY_PORT" --job-steps "$JOB_STEPS" --save-interval "$SAVE_INTERVAL"
+        --nodes "$NUM_NODES" --gpus "$TOTAL_GPUS" --max-restarts "$MAX_RESTARTS"
+        --restart-window-hours "$RESTART_WINDOW_HOURS" --max-restarts-without-progress "$MAX_RESTARTS_WITHOUT_PROGRESS"
+        --restart-backoff "$RESTART_BACKOFF" --restart-backoff-max "$RESTART_BACKOFF_MAX"
+        --watchdog-seconds "$((WATCHDOG_MINUTES * 60))" --poll-interval "$RAY_POLL_INTERVAL"
+        --status-timeout "$RAY_STATUS_TIMEOUT" --node-wait-timeout "$RAY_WAIT_TIMEOUT" --checkpoint-gb "$CHECKPOINT_GB")
+    is_true "$PILOT" && cmd+=(--pilot)
+    # Megatron keeps every checkpoint whose iteration is a multiple of --save-retain-interval, and 0
+    # is one: with SAVE_INTERVAL=1 the first save (iteration 0) would stay forever.
+    [[ "$KEEP_CHECKPOINTS" == latest ]] && ((SAVE_INTERVAL == 1)) && cmd+=(--remove-first-checkpoint)
     if dry_run; then
         printf '# runtime-env (written to a private file in RUN_DIR):\n'
         runtime_env_json | sed 's/^/#   /'
+        printf '# the supervisor waits until %s nodes with %s GPUs in all have joined (up to %ss), then submits, each attempt:\n' \
+            "$NUM_NODES" "$TOTAL_GPUS" "$RAY_WAIT_TIMEOUT"
         print_cmd "${submit[@]}" --runtime-env RUNTIME_ENV_FILE -- "${TRAIN_CMD[@]}"
-        JOB_ID=""
+        printf '# and supervises it with:\n'
+        print_cmd "${cmd[@]}" --runtime-env RUNTIME_ENV_FILE -- TRAIN_CMD
         return
     fi
     RUNTIME_ENV_FILE=$(mktemp "$NODE_DIR/runtime-env.XXXXXX")
     runtime_env_json >"$RUNTIME_ENV_FILE"
-    log "submitting $JOB_ID (attempt $ATTEMPT; dashboard: http://$RAY_DASHBOARD_HOST:$RAY_DASHBOARD_PORT)"
+    cmd+=(--runtime-env "$RUNTIME_ENV_FILE")
+    if [[ -n "$RAY_NODE_PID" ]]; then # this launch started the head: the supervisor may start it again
+        cmd+=(--head-command "$(python3 -c 'import json, sys; print(json.dumps(sys.argv[1:]))' "${HEAD_CMD[@]}")"
+            --head-pid-file "$RAY_PID_FILE" --head-log "$RAY_LOG_FILE")
+    fi
+    log "supervising the job (dashboard: http://$RAY_DASHBOARD_HOST:$RAY_DASHBOARD_PORT; state: $STATE_FILE)"
     print_cmd "${submit[@]}" --runtime-env "$RUNTIME_ENV_FILE" -- "${TRAIN_CMD[@]}" >&2
-    setsid "${submit[@]}" --runtime-env "$RUNTIME_ENV_FILE" -- "${TRAIN_CMD[@]}" </dev/null &
-    SUBMIT_PID=$!
-    # `wait` (not a foreground child) so a signal runs the trap at once, not when the job ends.
+    PYTHONPATH="$STRANDS_SLIME_DIR${PYTHONPATH:+:$PYTHONPATH}" "${cmd[@]}" -- "${TRAIN_CMD[@]}" </dev/null &
+    SUPERVISOR_PID=$!
+    # `wait` (not a foreground child) so a signal runs the trap at once.
     local status=0
-    wait "$SUBMIT_PID" || status=$?
-    SUBMIT_PID=""
-    JOB_DONE=1
-    rm -f -- "$RUNTIME_ENV_FILE"
-    RUNTIME_ENV_FILE=""
-    # The job's whole log (every node's slime, SGLang and strands_slime lines) next to the run state.
-    timeout "$RAY_STOP_TIMEOUT" ray job logs --address "http://127.0.0.1:$RAY_DASHBOARD_PORT" "$JOB_ID" \
-        >"$NODE_DIR/job-$JOB_ID.log" 2>&1 || log "note: could not save the job's log with ray job logs"
+    wait "$SUPERVISOR_PID" || status=$?
+    SUPERVISOR_PID=""
+    JOB_ID=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1])).get("job_id", ""))' "$STATE_FILE" 2>/dev/null || true)
     return "$status"
-}
-
-# ensure_cluster: after a failed attempt, bring back the head this launch started if it died.
-ensure_cluster() {
-    if [[ -n "$RAY_NODE_PID" ]] && pid_alive "$RAY_NODE_PID" "ray start" && ray_is_up; then
-        return 0
-    fi
-    if [[ -z "$RAY_NODE_PID" ]]; then
-        ray_is_up || {
-            STOP_REASON="the Ray cluster this launch submitted to (REUSE_RAY=1) is gone"
-            return 1
-        }
-        return 0
-    fi
-    log "the Ray head this launch started is gone: starting it again"
-    RAY_NODE_PID=""
-    start_head
-    wait_until_head_is_up "ray start did not bring it back"
-    if ((NUM_NODES > 1)); then
-        write_head_marker running
-        wait_for_nodes
-    fi
-}
-
-# run_job: submit the job; after a failure, resume from the latest checkpoint up to MAX_RESTARTS
-# times, waiting RESTART_BACKOFF seconds (doubling, at most RESTART_BACKOFF_MAX) in between. Stops
-# early on a crash loop (MAX_RESTARTS_WITHOUT_PROGRESS failures in a row without a new checkpoint)
-# or when SAVE_DIR cannot hold another checkpoint. The reason goes to STATE_FILE.
-run_job() {
-    local status before stalled=0 delay free
-    while :; do
-        ATTEMPT=$((ATTEMPT + 1))
-        before=$(latest_checkpoint)
-        write_state running
-        status=0
-        submit_job || status=$?
-        LAST_STATUS="$status"
-        if ((status == 0)); then
-            STOP_REASON="the job finished (exit status 0) after $ATTEMPT attempt(s)"
-            write_state finished
-            return 0
-        fi
-        if is_true "$PILOT"; then
-            STOP_REASON="the pilot's job failed (exit status $status); a pilot is not restarted: its log is $NODE_DIR/job-$JOB_ID.log"
-            write_state failed
-            return "$status"
-        fi
-        if [[ "$(latest_checkpoint)" == "$before" ]]; then stalled=$((stalled + 1)); else stalled=0; fi
-        if ((RESTARTS >= MAX_RESTARTS)); then
-            STOP_REASON="gave up: the job failed $ATTEMPT time(s), MAX_RESTARTS=$MAX_RESTARTS; last exit status $status"
-        elif ((stalled > MAX_RESTARTS_WITHOUT_PROGRESS)); then
-            STOP_REASON="gave up: $stalled failures in a row without a new checkpoint (latest: $(latest_checkpoint)), MAX_RESTARTS_WITHOUT_PROGRESS=$MAX_RESTARTS_WITHOUT_PROGRESS; last exit status $status"
-        else
-            free=$(free_gb "$SAVE_DIR" || true)
-            if [[ -n "$free" ]] && ((free < CHECKPOINT_GB)); then
-                STOP_REASON="gave up: SAVE_DIR has $free GB free, less than one ${CHECKPOINT_GB} GB checkpoint; last exit status $status"
-            fi
-        fi
-        if [[ -n "$STOP_REASON" ]]; then
-            log "$STOP_REASON"
-            write_state failed
-            return "$status"
-        fi
-        delay=$((RESTART_BACKOFF << (RESTARTS < 20 ? RESTARTS : 20)))
-        ((delay <= RESTART_BACKOFF_MAX)) || delay="$RESTART_BACKOFF_MAX"
-        RESTARTS=$((RESTARTS + 1))
-        log "the job failed (exit status $status; log $NODE_DIR/job-$JOB_ID.log): restart $RESTARTS/$MAX_RESTARTS in ${delay}s, resuming from checkpoint $(latest_checkpoint)"
-        write_state waiting-to-restart
-        nap "$delay"
-        if ! ensure_cluster; then
-            log "$STOP_REASON"
-            write_state failed
-            return "$status"
-        fi
-    done
 }
 
 # analyze_pilot: measure what the pilot wrote and project the full run (pilot.json, pilot.md).
 analyze_pilot() {
     local samples=("$PILOT_DIR"/gpu-node*.jsonl) extra=()
     [[ -n "$GPU_HOUR_PRICE" ]] && extra+=(--gpu-hour-price "$GPU_HOUR_PRICE")
+    [[ -n "$RUN_HOURS" ]] && extra+=(--run-hours "$RUN_HOURS")
+    ((RUN_EVAL_INTERVAL > 0)) && extra+=(--eval-interval "$RUN_EVAL_INTERVAL" --eval-prompts "$EVAL_PROMPTS"
+        --eval-samples-per-prompt "$N_SAMPLES_PER_EVAL_PROMPT" --eval-max-response-len "$EVAL_MAX_RESPONSE_LEN")
     local cmd=(python3 -m strands_slime.launch.pilot analyze --log "$NODE_DIR/job-$JOB_ID.log"
         --out "$PILOT_DIR" --tensorboard "$TENSORBOARD_DIR" --checkpoint-dir "$CHECKPOINT_DIR"
         --num-rollout "$NUM_ROLLOUT" --gpus "$TOTAL_GPUS" --nodes "$NUM_NODES" --retain "$KEEP_CHECKPOINTS"
-        --checkpoint-gb "$CHECKPOINT_GB" --max-hours-at-risk "$SAVE_HOURS" "${extra[@]}"
+        --checkpoint-gb "$CHECKPOINT_GB" --max-hours-at-risk "$SAVE_HOURS" --max-tokens-per-gpu "$MAX_TOKENS_PER_GPU"
+        "${extra[@]}"
         "${PILOT_SETTINGS[@]/#/--setting=}")
     if dry_run; then
         printf '# after the pilot: stop the GPU samplers, then measure and project:\n'
@@ -1313,25 +1233,17 @@ if ((NODE_RANK == 0)); then
         start_head
         dry_run || wait_until_head_is_up "ray start did not bring it up"
     fi
-    if ((NUM_NODES > 1)); then
-        if dry_run; then
-            printf '# wait until %s nodes with %s GPUs in all have joined (up to %ss)\n' \
-                "$NUM_NODES" "$TOTAL_GPUS" "$RAY_WAIT_TIMEOUT"
-        else
-            wait_for_nodes
-        fi
-    fi
     if is_true "$PILOT"; then
         start_gpu_sampler
     fi
     if dry_run; then
-        submit_job
+        supervise
         is_true "$PILOT" && analyze_pilot
         exit 0
     fi
     mkdir -p -- "$SAVE_DIR"
     status=0
-    run_job || status=$?
+    supervise || status=$?
     if is_true "$PILOT"; then
         analyze_pilot || status=$((status == 0 ? 1 : status))
     fi
@@ -1344,7 +1256,7 @@ else
         printf '# wait for the Ray head at %s:%s (up to %ss), then check this node against the head\n' \
             "$MASTER_ADDR" "$RAY_PORT" "$RAY_WAIT_TIMEOUT"
         is_true "$PILOT" && start_gpu_sampler
-        start_ray_node --address "$MASTER_ADDR:$RAY_PORT" --node-ip-address "$NODE_IP" \
+        start_ray_node --address "$MASTER_ADDR:$RAY_PORT" --node-ip-address "$NODE_IP" --temp-dir "$RAY_TEMP_DIR" \
             --num-gpus "$GPUS_PER_NODE" --disable-usage-stats "${RAY_RESOURCE_ARGS[@]}"
         exit 0
     fi
@@ -1365,7 +1277,7 @@ else
         else
             wait_until_head_is_up "the head did not come back"
         fi
-        start_ray_node --address "$MASTER_ADDR:$RAY_PORT" --node-ip-address "$NODE_IP" \
+        start_ray_node --address "$MASTER_ADDR:$RAY_PORT" --node-ip-address "$NODE_IP" --temp-dir "$RAY_TEMP_DIR" \
             --num-gpus "$GPUS_PER_NODE" --disable-usage-stats "${RAY_RESOURCE_ARGS[@]}"
         status=0
         wait "$RAY_NODE_PID" || status=$?

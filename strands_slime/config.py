@@ -157,6 +157,23 @@ class RewardConfig(BaseModel):
             )
         return self
 
+    def budget_problem(self, max_response_len: int) -> str | None:
+        """One line when the overlong punishment would hit (nearly) every response of a
+        ``max_response_len``-token budget (slime's ``--rollout-max-response-len``), else None.
+
+        Punishment starts ``overlong_buffer_tokens`` before the budget: a buffer as long as the budget
+        punishes every response, even a ten-token right answer, and one over half of it most of them.
+        """
+        buffer = self.overlong_buffer_tokens
+        if buffer is None or self.overlong_penalty == 0 or buffer * 2 <= max_response_len:
+            return None
+        return (
+            f"reward.overlong_buffer_tokens ({buffer}) must be at most half of the episode budget "
+            f"--rollout-max-response-len ({max_response_len}): punishment starts {buffer} tokens before "
+            f"the budget, so {'every' if buffer >= max_response_len else 'nearly every'} response would "
+            "lose reward for its length; lower it or set it to null"
+        )
+
 
 class FanoutConfig(BaseModel):
     """One training sample per context segment when the agent compacts its context (off by default)."""
@@ -573,18 +590,26 @@ def main(argv: list[str] | None = None) -> int:
     Prints one line either way, so a launch script's dry run can stop before any GPU time is spent."""
     import sys
 
-    args = sys.argv[1:] if argv is None else argv
+    args = list(sys.argv[1:] if argv is None else argv)
+    max_response_len: int | None = None
+    if len(args) == 3 and args[1] == "--max-response-len" and args[2].isdigit() and int(args[2]) > 0:
+        max_response_len = int(args[2])
+        args = args[:1]
     if len(args) != 1 or args[0] in ("-h", "--help"):
         print(
-            "usage: python -m strands_slime.config PATH  "
-            "(validates a strands_slime rollout YAML or a slime --eval-config)"
+            "usage: python -m strands_slime.config PATH [--max-response-len N]  "
+            "(validates a strands_slime rollout YAML or a slime --eval-config; with N, slime's "
+            "--rollout-max-response-len, also the reward's overlong buffer against it)"
         )
         return 0 if args and args[0] in ("-h", "--help") else 1
     try:
         data = _load_yaml(args[0])
         what = check_eval_config(data, source=args[0]) if _is_eval_config(data) else None
         if what is None:
-            parse_config(data, source=args[0])
+            config = parse_config(data, source=args[0])
+            problem = config.reward.budget_problem(max_response_len) if max_response_len else None
+            if problem:
+                raise ConfigError(problem)
     except ConfigError as exc:
         print(f"strands_slime config error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 1

@@ -211,3 +211,17 @@ def test_an_eval_config_is_checked_where_it_concerns_us(
 def test_an_eval_section_in_a_rollout_config_says_where_it_belongs() -> None:
     with pytest.raises(ConfigError, match=r"an `eval:` section belongs to slime's --eval-config file"):
         parse_config({"eval": {"defaults": {}}, "max_tool_iters": 2})
+
+
+def test_the_recipe_against_a_short_episode_budget_is_refused_in_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    recipe = str(Path(__file__).resolve().parents[1] / "configs" / "strands_math.yaml")
+    assert config_main([recipe, "--max-response-len", "32768"]) == 0
+    capsys.readouterr()
+    assert config_main([recipe, "--max-response-len", "1024"]) == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(
+        "strands_slime config error: reward.overlong_buffer_tokens (4096) must be at most half"
+    )
+    assert "--rollout-max-response-len (1024)" in line and "every response" in line

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -199,3 +200,53 @@ def test_a_node_without_nvidia_smi_ray_or_a_router(box: dict[str, str], tmp_path
     assert "nvidia-smi failed (FileNotFoundError" in errors
     if "ray is not importable" not in errors:
         pytest.fail(f"expected the missing ray package to be named: {errors}")
+
+
+ROLLOUT_CONFIG = REPO / "configs" / "strands_math.yaml"
+
+
+def _config_with_sandbox(tmp_path: Path, setting: str) -> Path:
+    path = tmp_path / "rollout.yaml"
+    path.write_text(ROLLOUT_CONFIG.read_text().replace("  sandbox:\n", f"  sandbox:\n    {setting}\n", 1))
+    return path
+
+
+def test_a_sandbox_on_the_host_network_is_refused_unless_accepted(
+    box: dict[str, str], tmp_path: Path
+) -> None:
+    config = _config_with_sandbox(tmp_path, "network: allow")
+    refused = _preflight(box, "--gpus", "8", "--sandbox-config", str(config))
+    assert refused.returncode == 1
+    (error,) = [line for line in refused.stderr.splitlines() if "sandbox" in line]
+    assert error.startswith("preflight error: the sandbox cannot isolate model-written code from the network")
+    assert (
+        "sandbox.network: allow" in error
+        and "--cap-add SYS_ADMIN" in error
+        and "SANDBOX_HOST_NETWORK=1" in error
+    )
+    accepted = _preflight(box, "--gpus", "8", "--sandbox-config", str(config), "--allow-host-network")
+    assert accepted.returncode == 0, accepted.stderr
+    assert "preflight note: SANDBOX_HOST_NETWORK=1: the sandbox cannot isolate" in accepted.stderr
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("setpriv") is None, reason="drops CAP_SYS_ADMIN with setpriv, as root"
+)
+def test_without_cap_sys_admin_the_real_sandbox_falls_back_and_the_preflight_says_so(
+    box: dict[str, str],
+) -> None:
+    # What a `docker run` without --cap-add SYS_ADMIN gives: no network namespace for the sandbox.
+    args = ["--gpus", "8", "--sandbox-config", str(ROLLOUT_CONFIG)]
+    isolated = _preflight(box, *args)
+    assert "sandbox" not in isolated.stderr, "with CAP_SYS_ADMIN the sandbox isolates the network"
+    dropped = subprocess.run(
+        ["setpriv", "--bounding-set", "-sys_admin", "--inh-caps", "-sys_admin", sys.executable]
+        + ["-m", "strands_slime.launch.preflight", *args],
+        env=box,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert dropped.returncode == 1
+    assert "preflight error: the sandbox cannot isolate model-written code from the network" in dropped.stderr

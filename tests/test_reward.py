@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 import strands_slime
+from strands_slime.config import ConfigError
 from strands_slime.reward.dapo import RewardConfig, reward_func, scoring_text, shape_reward
 from strands_slime.reward.math_answer import math_verify_available
 
@@ -461,3 +462,24 @@ async def test_overlong_punishment_adds_to_shaping_of_wrong_answers() -> None:
     sample = long_sample("Answer: 35", 30_720, tool_iterations=5)
     both = RewardConfig(shaping="strands_example", overlong_buffer_tokens=4096)
     assert await reward_func(BUDGET, sample, config=both) == pytest.approx(-0.85 - 0.5)
+
+
+@pytest.mark.parametrize(("budget", "every"), [(1_024, True), (6_000, False)])
+async def test_a_buffer_that_punishes_every_sample_stops_the_reward_in_one_line(
+    budget: int, every: bool
+) -> None:
+    # The recipe's 4,096-token buffer against a 1,024-token budget: a right answer scored 0.19, a wrong
+    # one -1.77. Refused, never scored.
+    args = SimpleNamespace(rollout_max_response_len=budget)
+    with pytest.raises(ConfigError) as refused:
+        await reward_func(args, long_sample("Answer: 34", 10), config=DAPO_OVERLONG)
+    (line,) = str(refused.value).splitlines()
+    assert "reward.overlong_buffer_tokens (4096) must be at most half" in line
+    assert f"--rollout-max-response-len ({budget})" in line
+    assert ("so every response" in line) is every
+    assert (
+        await reward_func(
+            SimpleNamespace(rollout_max_response_len=8_192), make_sample("Answer: 34"), config=DAPO_OVERLONG
+        )
+        == 1.0
+    )

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 import pytest_asyncio
 
 from strands_slime.sandbox import ResultKind, Sandbox, SandboxConfig
+from strands_slime.sandbox.base import SandboxError
 from strands_slime.sandbox.camel_backend import parse_camel_output
+from strands_slime.sandbox.environment import is_secret
 
 pytest.importorskip("camel.interpreters")
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(60)]
@@ -19,10 +25,20 @@ needs_python_on_path = pytest.mark.skipif(
 )
 
 
+def _clean_environment(patch: pytest.MonkeyPatch, home: Path) -> None:
+    """No secret within reach: camel refuses to run otherwise."""
+    for name, value in list(os.environ.items()):
+        if is_secret(name, value):
+            patch.delenv(name)
+    patch.setenv("HOME", str(home))
+
+
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
-async def camel() -> AsyncIterator[Sandbox]:
-    async with Sandbox(SandboxConfig(backend="camel", timeout_s=5, max_output_bytes=256)) as box:
-        yield box
+async def camel(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Sandbox]:
+    with pytest.MonkeyPatch.context() as patch:
+        _clean_environment(patch, tmp_path_factory.mktemp("home"))
+        async with Sandbox(SandboxConfig(backend="camel", timeout_s=5, max_output_bytes=256)) as box:
+            yield box
 
 
 @pytest.mark.parametrize(
@@ -71,27 +87,64 @@ async def test_camel_backend_timeout() -> None:
 
 
 @needs_python_on_path
-@pytest.mark.asyncio(loop_scope="module")
-async def test_camel_children_never_see_secrets(camel: Sandbox, monkeypatch: pytest.MonkeyPatch) -> None:
-    # On a training node the rollout process holds the W&B key and Ray's token; camel copies our
-    # environment into every child, so the backend scrubs that copy.
-    monkeypatch.setenv("WANDB_API_KEY", "wandb-secret-4711")
-    monkeypatch.setenv("RAY_AUTH_TOKEN", "ray-secret-4711")
-    monkeypatch.setenv("STRANDS_SLIME_VISIBLE", "yes")
-    code = (
-        "import os\n"
-        "print([n for n in ('WANDB_API_KEY', 'RAY_AUTH_TOKEN', 'STRANDS_SLIME_VISIBLE', 'PATH') if n in os.environ])\n"
-        "print(open('/proc/self/environ', 'rb').read().count(b'4711'))"
+def test_camel_children_read_their_parents_environment_so_secrets_refuse_camel(tmp_path: Path) -> None:
+    # Why filtering the child's copy is not enough: model code reads the environment block its parent
+    # (the rollout process) started with. A harmless marker stands in for the W&B key here.
+    program = (
+        "import asyncio\n"
+        "from strands_slime.sandbox import Sandbox, SandboxConfig\n"
+        "code = \"import os\\nprint(open(f'/proc/{os.getppid()}/environ', 'rb').read().count(b'visible-4711'))\"\n"
+        "async def main():\n"
+        "    async with Sandbox(SandboxConfig(backend='camel', timeout_s=5)) as box:\n"
+        "        result = await box.run(code)\n"
+        "    print(result.kind.value, result.stdout.strip(), result.error)\n"
+        "asyncio.run(main())\n"
     )
-    result = await camel.run(code)
-    assert result.kind is ResultKind.OK, result.stderr
-    # the child's own environment block holds no secret either
-    assert result.stdout == "['STRANDS_SLIME_VISIBLE', 'PATH']\n0\n"
-    # the rest of this process is untouched: only camel's module sees the scrubbing subprocess
-    import asyncio
-    import os
+    environment = {name: value for name, value in os.environ.items() if not is_secret(name, value)}
+    environment.update(HOME=str(tmp_path), STRANDS_SLIME_MARKER="visible-4711")
+    environment["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
+    done = subprocess.run(
+        [sys.executable, "-c", program],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[:2] == ["ok", "1"], done.stdout
 
-    assert os.environ["WANDB_API_KEY"] == "wandb-secret-4711"
-    child = await asyncio.create_subprocess_exec("env", stdout=asyncio.subprocess.PIPE)
-    stdout, _ = await child.communicate()
-    assert b"WANDB_API_KEY=wandb-secret-4711" in stdout
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("WANDB_API_KEY", "wandb-secret"),
+        ("HF_TOKEN", "hf-secret"),
+        ("DATABASE_URL", "postgres://u:db-secret@db/x"),
+        ("HTTPS_PROXY", "http://u:proxy-secret@proxy:3128"),
+        ("GITHUB_PAT", "ghp-secret"),
+    ],
+)
+@pytest.mark.asyncio
+async def test_camel_refuses_to_start_next_to_a_secret_variable(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, name: str, value: str
+) -> None:
+    _clean_environment(monkeypatch, tmp_path)
+    monkeypatch.setenv(name, value)
+    with pytest.raises(SandboxError, match=f"could read {name} ") as refused:
+        async with Sandbox(SandboxConfig(backend="camel", timeout_s=5)):
+            pass
+    assert value not in str(refused.value)
+
+
+@pytest.mark.parametrize("relative", [".netrc", ".ray/auth_token"])
+@pytest.mark.asyncio
+async def test_camel_refuses_to_start_next_to_a_credential_file(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, relative: str
+) -> None:
+    _clean_environment(monkeypatch, tmp_path)
+    (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / relative).write_text("secret")
+    with pytest.raises(SandboxError, match=str(tmp_path / relative)):
+        async with Sandbox(SandboxConfig(backend="camel", timeout_s=5)):
+            pass

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 from launch_stand_ins import install_fake_nvidia_smi
+from simulated_ray import install_simulated_ray
 from slime_upstream import require_slime
 from waiting import wait_until_sync
 
@@ -125,66 +126,6 @@ def _make_executable(path: Path, text: str) -> Path:
     return path
 
 
-FAKE_RAY = """#!{python}
-import json, os, signal, sys, time
-
-args = sys.argv[1:]
-if args == ["--version"]:
-    print("ray, version " + os.environ.get("FAKE_RAY_VERSION", "2.52.0"))
-    sys.exit(0)
-state = os.environ["FAKE_RAY_STATE"]
-record = {{"args": args, "pid": os.getpid()}}
-record["auth"] = {{name: os.environ.get(name) for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH")}}
-if args[:1] == ["start"]:
-    record["env"] = {{name: os.environ.get(name) for name in ("SLIME_HOST_IP", "WANDB_API_KEY", "no_proxy")}}
-if args[:2] == ["job", "submit"] and "--runtime-env" in args:
-    path = args[args.index("--runtime-env") + 1]
-    record["runtime_env"] = json.load(open(path))
-    record["runtime_env_mode"] = oct(os.stat(path).st_mode & 0o777)
-    record["env"] = {{"WANDB_API_KEY": os.environ.get("WANDB_API_KEY")}}
-
-
-def log(entry):
-    with open(os.environ["FAKE_RAY_LOG"], "a") as out:
-        out.write(json.dumps(entry) + "\\n")
-
-
-log(record)
-head_marker = os.path.join(state, "head")
-if args[:1] == ["status"]:
-    sys.exit(0 if os.environ.get("FAKE_RAY_UP") == "1" or os.path.exists(head_marker) else 1)
-if args[:1] == ["start"]:
-    # `ray start --block`: this node's Ray runs until SIGTERM (then it stops its own processes).
-    stopping = []
-    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
-    is_head = "--head" in args
-    marker = head_marker if is_head else os.path.join(state, "node-" + args[args.index("--node-ip-address") + 1])
-    with open(marker, "w") as out:
-        out.write(args[args.index("--num-gpus") + 1])
-    deadline = time.monotonic() + float(os.environ.get("FAKE_RAY_BLOCK_SECONDS", "120"))
-    status = 0
-    while not stopping and time.monotonic() < deadline:
-        if not is_head and os.environ.get("FAKE_RAY_UP") != "1" and not os.path.exists(head_marker):
-            status = 1  # the head went away
-            break
-        time.sleep(0.05)
-    os.unlink(marker)
-    log({{"event": "node-stopped", "pid": os.getpid(), "by_signal": bool(stopping)}})
-    sys.exit(status)
-if args[:2] == ["job", "logs"] and os.environ.get("FAKE_RAY_JOB_LOG"):
-    sys.stdout.write(open(os.environ["FAKE_RAY_JOB_LOG"]).read())
-if args[:2] == ["job", "submit"]:
-    time.sleep(float(os.environ.get("FAKE_RAY_JOB_SECONDS", "0")))
-    statuses = os.environ.get("FAKE_RAY_JOB_STATUS", "0").split(",")
-    # one exit status per attempt, the last one repeated
-    attempt = sum(1 for line in open(os.environ["FAKE_RAY_LOG"]) if '"submit"' in line and '"job"' in line)
-    if os.environ.get("FAKE_RAY_CHECKPOINT_DIR"):  # each attempt gets one checkpoint further
-        with open(os.path.join(os.environ["FAKE_RAY_CHECKPOINT_DIR"], "latest_checkpointed_iteration.txt"), "w") as out:
-            out.write(str(attempt * 10))
-    sys.exit(int(statuses[min(attempt, len(statuses)) - 1]))
-"""
-
-
 # `import ray` for the head's node count (wait_for_nodes): the nodes the stand-in `ray start` runs.
 FAKE_RAY_MODULE = """import os
 
@@ -217,7 +158,7 @@ def tools(tmp_path: Path) -> Path:
     bin_dir.mkdir()
     # A wrapper, not a symlink: the venv's packages (omegaconf, pydantic) must stay importable.
     _make_executable(bin_dir / "python3", f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
-    _make_executable(bin_dir / "ray", FAKE_RAY.format(python=sys.executable))
+    install_simulated_ray(bin_dir)
     install_fake_nvidia_smi(bin_dir)
     (tmp_path / "ray_state").mkdir()
     module_dir = tmp_path / "fake_ray_module" / "ray"
@@ -550,7 +491,7 @@ def test_multi_node_rank0_starts_the_head_and_submits(tools: Path, tmp_path: Pat
     assert head[:3] == ["ray", "start", "--head"]
     assert head[head.index("--node-ip-address") + 1] == "10.0.0.1"
     assert head[head.index("--port") + 1] == "6379"
-    assert "# wait until 2 nodes with 16 GPUs in all have joined" in result.stdout
+    assert "waits until 2 nodes with 16 GPUs in all have joined" in result.stdout
     flags = _parse_flags(_train_command(result.stdout))
     assert flags["--actor-num-nodes"] == ["2"]
     assert flags["--actor-num-gpus-per-node"] == ["8"]
@@ -569,6 +510,8 @@ def test_multi_node_rank1_joins_as_a_worker_and_submits_nothing(tools: Path, tmp
             "10.0.0.1:6379",
             "--node-ip-address",
             "10.0.0.2",
+            "--temp-dir",  # node-local and short, as on the head
+            str(tmp_path / "ray"),
             "--num-gpus",
             "8",
             "--disable-usage-stats",
@@ -935,7 +878,8 @@ def test_real_run_starts_ray_submits_and_stops_only_what_it_started(
     assert result.returncode == 0, result.stderr
     calls = _ray_calls(tmp_path)
     verbs = [verb for verb in _verbs(calls) if verb != ["status", "--address"]]
-    assert verbs == [["start", "--head"], ["job", "submit"], ["job", "logs"]]
+    assert verbs[:3] == [["start", "--head"], ["list", "nodes"], ["job", "submit"]]
+    assert {tuple(verb) for verb in verbs[3:]} == {("job", "status"), ("job", "logs")}
     assert ["stop"] not in [call["args"][:1] for call in calls if "args" in call], "never a global `ray stop`"
     start = next(call for call in calls if call.get("args", [])[:2] == ["start", "--head"])
     # Node-specific settings and the W&B key travel in the environment of this node's `ray start`.
@@ -995,7 +939,9 @@ def test_a_running_cluster_is_refused_unless_reused_and_never_stopped(tools: Pat
         TRAIN_SCRIPT, _env(tools, tmp_path, **install, FAKE_RAY_UP="1", REUSE_RAY="1"), "--foreground"
     )
     assert reused.returncode == 0, reused.stderr
-    assert _verbs(_ray_calls(tmp_path)) == [["status", "--address"], ["job", "submit"], ["job", "logs"]]
+    verbs = _verbs(_ray_calls(tmp_path))
+    assert verbs[:3] == [["status", "--address"], ["list", "nodes"], ["job", "submit"]]
+    assert ["start", "--head"] not in verbs and ["job", "stop"] not in verbs
 
 
 def _pretend_earlier_launch(tmp_path: Path) -> subprocess.Popen:
@@ -1264,8 +1210,10 @@ def test_head_gives_up_when_workers_never_join(tools: Path, tmp_path: Path) -> N
     )  # the head itself must come up within it
     result = _run(TRAIN_SCRIPT, env, "--foreground")
     assert result.returncode == 1
-    (error,) = _error_lines(result.stderr)
-    assert "1/2 nodes" in error and "NODE_RANK=1" in error
+    state = json.loads((tmp_path / "run-node0" / "node0" / "state.json").read_text())
+    reason = state["stop_reason"]
+    assert reason.startswith("gave up: waited 5s for 2 node(s) with 16 GPUs; 1 nodes, 8 GPUs alive")
+    assert "NODE_RANK 1..1" in reason and reason in result.stderr
     assert ["job", "submit"] not in _verbs(_ray_calls(tmp_path))
     assert [stop["by_signal"] for stop in _node_stops(_ray_calls(tmp_path))] == [True]
 
@@ -1628,17 +1576,46 @@ def test_the_pilot_runs_the_same_job_shorter_with_eval_off_into_its_own_folder(
     assert "--setting=MAX_RESPONSE_LEN=32768" in analyze
     # the pilot itself needs no step time to size its checkpoints by
     assert "no step time to size checkpoints by" not in result.stderr
+    # it projects the run's evaluation (its own is off) and the longest episode against the cap
+    assert analyze[analyze.index("--eval-interval") + 1] == "20"
+    assert analyze[analyze.index("--eval-samples-per-prompt") + 1] == "16"
+    assert analyze[analyze.index("--max-tokens-per-gpu") + 1] == "18432"
+    assert "--setting=EXTRA_TRAIN_ARGS=" in analyze and "--run-hours" not in analyze
 
 
 @pytest.mark.slow
-def test_the_4x8_preset_scales_the_batch_with_the_gpus(tools: Path, tmp_path: Path) -> None:
+def test_the_pilot_records_the_extra_flags_and_sizes_the_run_to_the_hours_given(
+    tools: Path, tmp_path: Path
+) -> None:
+    result = _dry_train(tools, tmp_path, "--pilot", "--", "--lr", "2e-6", RUN_HOURS="48")
+    analyze = next(c for c in _commands(result.stdout) if "strands_slime.launch.pilot" in c)
+    assert "--setting=EXTRA_TRAIN_ARGS=--lr 2e-6" in analyze
+    assert analyze[analyze.index("--run-hours") + 1] == "48"
+
+
+@pytest.mark.slow
+def test_the_4x8_preset_keeps_the_one_node_recipes_samples_per_update(tools: Path, tmp_path: Path) -> None:
+    one = _parse_flags(_train_command(_dry_train(tools, tmp_path).stdout))
     flags = _parse_flags(
         _train_command(_dry_train(tools, tmp_path, PRESET="4x8", MASTER_ADDR="10.0.0.1").stdout)
     )
     assert flags["--actor-num-nodes"] == ["4"] and flags["--actor-num-gpus-per-node"] == ["8"]
     assert flags["--rollout-batch-size"] == ["64"] and flags["--over-sampling-batch-size"] == ["128"]
-    assert flags["--global-batch-size"] == ["512"] and flags["--n-samples-per-prompt"] == ["8"]
-    assert flags["--num-rollout"] == ["750"], "as many prompts as 3000 steps of 16"
+    assert flags["--n-samples-per-prompt"] == ["8"] and flags["--lr"] == one["--lr"]
+
+    def per_run(f: dict[str, list[str]]) -> tuple[int, int, int]:
+        samples = int(f["--rollout-batch-size"][0]) * int(f["--n-samples-per-prompt"][0])
+        updates = samples // int(f["--global-batch-size"][0])
+        return (
+            int(f["--global-batch-size"][0]),
+            updates * int(f["--num-rollout"][0]),
+            samples * int(f["--num-rollout"][0]),
+        )
+
+    # the same samples per optimizer update, updates and samples over the run: four updates per
+    # rollout (as DAPO takes several) where one node takes one, at the same learning rate
+    assert per_run(flags) == per_run(one) == (128, 3000, 384_000)
+    assert flags["--num-rollout"] == ["750"]
     mine = _parse_flags(
         _train_command(
             _dry_train(tools, tmp_path, PRESET="4x8", MASTER_ADDR="10.0.0.1", NUM_ROLLOUT="100").stdout
@@ -1760,18 +1737,20 @@ def test_the_supervisor_resumes_after_a_crash_with_a_growing_pause(tools: Path, 
     result = _run(TRAIN_SCRIPT, _env(tools, tmp_path, **settings), "--foreground", timeout=120)
     assert result.returncode == 0, result.stderr
     assert _submits(tmp_path) == 4
-    assert "restart 1/5 in 1s, resuming from checkpoint 10" in result.stderr
-    assert "restart 2/5 in 2s, resuming from checkpoint 20" in result.stderr, "the pause doubles"
-    assert "restart 3/5 in 2s, resuming from checkpoint 30" in result.stderr, "up to RESTART_BACKOFF_MAX"
+    # every attempt made progress (a new checkpoint), so the pause does not grow
+    assert "restart 1/5 (in 24 h) in 1s, resuming from checkpoint 10" in result.stderr
+    assert "restart 2/5 (in 24 h) in 1s, resuming from checkpoint 20" in result.stderr
+    assert "restart 3/5 (in 24 h) in 1s, resuming from checkpoint 30" in result.stderr
     state = _state(tmp_path)
-    assert (state["status"], state["attempt"], state["restarts"], state["last_exit_status"]) == (
+    assert (state["status"], state["attempt"], state["restarts"], state["job_status"]) == (
         "finished",
         4,
         3,
-        0,
+        "SUCCEEDED",
     )
-    assert state["stop_reason"] == "the job finished (exit status 0) after 4 attempt(s)"
-    assert state["latest_checkpoint"] == "40"
+    assert state["stop_reason"] == "the job finished after 4 attempt(s)"
+    # finished means the last step's checkpoint is there, as slime saves it
+    assert state["latest_checkpoint"] == state["final_checkpoint"] == str(int(state["final_checkpoint"]))
     # every attempt's job log is kept with the run state, one Ray node throughout
     logs = list((tmp_path / "run" / "node0").glob("job-*.log"))
     assert len(logs) == 4 and all("strands_slime step 0" in log.read_text() for log in logs)
@@ -1782,7 +1761,7 @@ def test_the_supervisor_resumes_after_a_crash_with_a_growing_pause(tools: Path, 
 def test_the_supervisor_stops_a_crash_loop_that_makes_no_progress(tools: Path, tmp_path: Path) -> None:
     env = _env(tools, tmp_path, **_fake_install(tmp_path), FAKE_RAY_JOB_STATUS="7", MAX_RESTARTS="10")
     result = _run(TRAIN_SCRIPT, env, "--foreground", timeout=120)
-    assert result.returncode == 7
+    assert result.returncode == 1
     assert _submits(tmp_path) == 3, "MAX_RESTARTS_WITHOUT_PROGRESS=2: the third failure in a row stops"
     state = _state(tmp_path)
     assert state["status"] == "failed"
@@ -1810,7 +1789,10 @@ def test_the_supervisor_gives_up_after_max_restarts(tools: Path, tmp_path: Path)
     assert _submits(tmp_path) == 3
     assert "resuming from checkpoint 10" in result.stderr and "resuming from checkpoint 20" in result.stderr
     state = _state(tmp_path)
-    assert state["stop_reason"] == "gave up: the job failed 3 time(s), MAX_RESTARTS=2; last exit status 1"
+    assert state["stop_reason"] == (
+        "gave up: 2 restarts within 24 h (MAX_RESTARTS=2); "
+        "last: the job failed (Job entrypoint command failed with exit code 1)"
+    )
     assert state["latest_checkpoint"] == "30"
 
 
@@ -1818,7 +1800,7 @@ def test_the_supervisor_gives_up_after_max_restarts(tools: Path, tmp_path: Path)
 def test_a_pilot_is_never_restarted(tools: Path, tmp_path: Path) -> None:
     env = _env(tools, tmp_path, **_fake_install(tmp_path), FAKE_RAY_JOB_STATUS="3")
     result = _run(TRAIN_SCRIPT, env, "--pilot", "--foreground", timeout=120)
-    assert result.returncode == 3 and _submits(tmp_path) == 1
+    assert result.returncode == 1 and _submits(tmp_path) == 1
     assert "a pilot is not restarted" in _state(tmp_path)["stop_reason"]
     # what the failed pilot left is still measured, and the report says what could not be
     assert "not possible: no measured step time" in result.stderr
@@ -1862,7 +1844,26 @@ def test_an_overlong_buffer_as_long_as_the_budget_is_refused(tools: Path, tmp_pa
     result = _run(TRAIN_SCRIPT, _env(tools, tmp_path, DRY_RUN="1", ROLLOUT_CONFIG=str(config)))
     assert result.returncode == 1
     (error,) = _error_lines(result.stderr)
-    assert "overlong_buffer_tokens (20000) must be at most half of MAX_RESPONSE_LEN (32768)" in error
+    assert "overlong_buffer_tokens (20000) must be at most half of the episode budget" in error
+    assert "--rollout-max-response-len (32768)" in error
+    # the budget train.py gets: a flag after -- wins over MAX_RESPONSE_LEN (the recipe's 4096 vs 1024)
+    recipe = _run(
+        TRAIN_SCRIPT, _env(tools, tmp_path, DRY_RUN="1"), "--", "--rollout-max-response-len", "1024"
+    )
+    assert recipe.returncode == 1
+    (error,) = _error_lines(recipe.stderr)
+    assert "overlong_buffer_tokens (4096)" in error and "--rollout-max-response-len (1024)" in error
+    assert "every response" in error
+
+
+@pytest.mark.slow
+def test_many_nodes_without_the_preset_say_the_batch_stays_a_one_node_batch(
+    tools: Path, tmp_path: Path
+) -> None:
+    result = _dry_train(tools, tmp_path, NUM_NODES="4", MASTER_ADDR="10.0.0.1")
+    assert "note: NUM_NODES=4 keeps the one-node batch" in result.stderr and "PRESET=4x8" in result.stderr
+    mine = _dry_train(tools, tmp_path, NUM_NODES="4", MASTER_ADDR="10.0.0.1", ROLLOUT_BATCH_SIZE="64")
+    assert "keeps the one-node batch" not in mine.stderr
 
 
 @pytest.mark.slow

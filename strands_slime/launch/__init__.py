@@ -1,4 +1,5 @@
-"""Launch tooling for training runs: the pilot's measurements and projection, GPU sampling, node preflight.
+"""Launch tooling for training runs: the job's supervisor, the pilot's measurements and projection, GPU
+sampling, node preflight.
 
 Run on the GPU nodes by ``scripts/strands_qwen3_8b.sh`` (``python3 -m strands_slime.launch.<module>``);
 nothing here is imported by the rollout, the reward or the sandbox.

@@ -41,7 +41,10 @@ from strands_slime.rollout.metrics import STEP_RECORD_PREFIX
 
 __all__ = [
     "JobLog",
+    "Plan",
+    "Thresholds",
     "analyze",
+    "go_no_go",
     "main",
     "parse_job_log",
     "parse_step_records",
@@ -257,7 +260,7 @@ def _column(steps: Mapping[int, Mapping[str, float]], key: str) -> list[float]:
 
 
 _STEP_KEYS = {
-    "step_seconds": "perf/step_time",
+    "step_seconds": "pilot/step_time_without_save",
     "rollout_seconds": "perf/rollout_time",
     "train_seconds": "perf/train_time",
     "weight_sync_seconds": "perf/update_weights_time",
@@ -273,6 +276,7 @@ _STEP_KEYS = {
     "episodes": "rollout/strands/step/episodes",
     "groups_dropped": "rollout/strands/step/groups_dropped",
     "response_length_mean": "rollout/strands/response_length/mean",
+    "response_length_max": "rollout/strands/response_length/max",
     "truncated_ratio_kept": "rollout/truncated_ratio",
 }
 
@@ -335,6 +339,28 @@ class Plan:
     max_hours_at_risk: float = 2.0
     gpu_hour_price: float | None = None
     settings: dict[str, str] = field(default_factory=dict)
+    eval_interval: int = 0
+    """The full run's --eval-interval (0: no evaluation); the pilot itself runs none."""
+    eval_prompts: int = 0
+    eval_samples_per_prompt: int = 1
+    eval_max_response_len: int | None = None
+    max_tokens_per_gpu: int | None = None
+    run_hours: float | None = None
+    """Wall-clock hours the user has: the projection sizes NUM_ROLLOUT to fit them."""
+    thresholds: Thresholds = field(default_factory=lambda: Thresholds())
+
+
+@dataclass
+class Thresholds:
+    """The go/no-go limits the pilot reports PASS/FAIL against (pilot.md, pilot.json ``checks``)."""
+
+    min_gpu_headroom_gib: float = 4.0
+    max_logprob_gap: float = 0.05
+    max_truncated_ratio: float = 0.2
+    max_aborted_ratio: float = 0.5
+    min_keep_rate: float = 0.25
+    max_kv_cache_usage: float = 0.98
+    max_days: float | None = None
 
 
 def analyze(
@@ -349,6 +375,13 @@ def analyze(
     """pilot.json's content: per-step numbers, what was measured, the projection and what is missing."""
     missing: dict[str, str] = {}
     steps = {step: dict(values) for step, values in sorted(log.steps.items())}
+    for values in steps.values():
+        # slime's perf/step_time is the trainer's wait plus its training: the wait after a save holds
+        # the save, which the projection counts on its own (once per save, not in every step's mean).
+        if "perf/step_time" in values:
+            values["pilot/step_time_without_save"] = values["perf/step_time"] - values.get(
+                "perf/save_model_time", 0.0
+            )
     measured_steps = {s: v for s, v in steps.items() if s >= WARM_UP_STEPS} or steps
     if not steps:
         missing["steps"] = "no `perf` or `strands_slime step` line in the job log: did the job reach step 0?"
@@ -414,14 +447,71 @@ def analyze(
         "startup_seconds": startup,
         "log_bytes_per_step": (log.size_bytes / len(steps)) if steps else None,
         "unparsed_lines": log.unparsed,
+        # every step counts here, the first too: the longest episode trained, in tokens
+        "longest_response_tokens": max(_column(steps, "rollout/strands/response_length/max"), default=None),
+        "max_tokens_per_gpu": plan.max_tokens_per_gpu,
     }
+    if measured["longest_response_tokens"] is None and steps:
+        missing["longest_response"] = "no rollout/strands/response_length/max in the step records"
+    projection = project(measured, plan)
     return {
         "format": PILOT_FORMAT,
         "settings": dict(plan.settings),
         "measured": measured,
-        "projection": project(measured, plan),
+        "projection": projection,
+        "checks": go_no_go(measured, projection, plan.thresholds),
         "missing": missing,
     }
+
+
+def go_no_go(
+    measured: Mapping[str, Any], projection: Mapping[str, Any], limits: Thresholds
+) -> list[dict[str, Any]]:
+    """PASS / FAIL / UNKNOWN (not measured) for each threshold a run should meet before it starts."""
+    per_step = measured["per_step"]
+    memory = measured.get("gpu_memory") or {}
+    gap = measured.get("logprob_gap") or {}
+
+    def mean(name: str) -> float | None:
+        stats = per_step.get(name)
+        return stats["mean"] if stats else None
+
+    rows = [
+        (
+            "least GPU memory headroom (GiB)",
+            memory.get("min_headroom_gib"),
+            ">=",
+            limits.min_gpu_headroom_gib,
+        ),
+        ("logprob gap |Megatron - SGLang|, mean", gap.get("mean"), "<=", limits.max_logprob_gap),
+        ("truncated episodes, mean ratio", mean("truncated_ratio"), "<=", limits.max_truncated_ratio),
+        (
+            "episodes aborted by over-sampling, mean ratio",
+            mean("aborted_ratio"),
+            "<=",
+            limits.max_aborted_ratio,
+        ),
+        ("dynamic-sampling keep rate, mean", mean("keep_rate"), ">=", limits.min_keep_rate),
+        (
+            "SGLang KV cache token usage, peak",
+            (measured.get("kv_cache_token_usage") or {}).get("max"),
+            "<=",
+            limits.max_kv_cache_usage,
+        ),
+    ]
+    longest, cap = measured.get("longest_response_tokens"), measured.get("max_tokens_per_gpu")
+    if cap:
+        rows.append(("longest trained episode (tokens) within MAX_TOKENS_PER_GPU", longest, "<=", float(cap)))
+    if limits.max_days is not None:
+        rows.append(("projected wall-clock days", projection.get("wall_clock_days"), "<=", limits.max_days))
+    checks = []
+    for name, value, op, limit in rows:
+        if value is None:
+            verdict = "UNKNOWN"
+        else:
+            verdict = "PASS" if (value >= limit if op == ">=" else value <= limit) else "FAIL"
+        checks.append({"check": name, "value": value, "limit": f"{op} {limit:g}", "verdict": verdict})
+    return checks
 
 
 def save_interval_for(step_seconds: float, hours: float, num_rollout: int | None = None) -> int:
@@ -442,8 +532,16 @@ def project(measured: Mapping[str, Any], plan: Plan) -> dict[str, Any]:
     save_seconds = per_step.get("save_seconds")
     save_time = save_seconds["mean"] if save_seconds else 0.0
     startup = measured.get("startup_seconds") or 0.0
-    seconds = plan.num_rollout * step["mean"] + saves * save_time + startup
+    evals, eval_each, eval_why = _evaluation(per_step, plan)
+    eval_total = evals * eval_each if eval_each is not None else 0.0
+    seconds = plan.num_rollout * step["mean"] + saves * save_time + eval_total + startup
     hours = seconds / 3600
+    fit = None
+    if plan.run_hours is not None:
+        per_rollout = step["mean"] + save_time / interval
+        if plan.eval_interval > 0 and eval_each is not None:
+            per_rollout += eval_each / plan.eval_interval
+        fit = max(0, math.floor((plan.run_hours * 3600 - startup) / per_rollout))
     checkpoint_gb = measured.get("checkpoint_gb") or plan.checkpoint_gb
     disk = None
     if checkpoint_gb is not None:
@@ -477,9 +575,38 @@ def project(measured: Mapping[str, Any], plan: Plan) -> dict[str, Any]:
         "saves": saves,
         "save_seconds_each": save_time if save_seconds else None,
         "startup_seconds_each_launch": startup or None,
+        "evaluations": evals,
+        "eval_seconds_each": eval_each,
+        "eval_hours": eval_total / 3600 if eval_each is not None else None,
+        "eval_fraction": eval_total / seconds if eval_each is not None and seconds > 0 else None,
+        "eval_estimate": eval_why,
+        "run_hours": plan.run_hours,
+        "num_rollout_for_run_hours": fit,
         "disk": disk,
-        "excluded": "evaluation (off in the pilot) and restarts after crashes",
+        "excluded": "restarts after crashes"
+        + ("" if eval_each is not None or not evals else "; evaluation (see eval_estimate)"),
     }
+
+
+def _evaluation(per_step: Mapping[str, Any], plan: Plan) -> tuple[int, float | None, str]:
+    """(evaluations in the run, seconds each, how that was estimated). The pilot runs no evaluation:
+    each is estimated from the pilot's own generation throughput (tokens of ended episodes per second)
+    and mean response length, capped at the eval budget."""
+    if plan.eval_interval <= 0 or plan.eval_prompts <= 0:
+        return 0, None, "no evaluation in the run"
+    evals = plan.num_rollout // plan.eval_interval + 1  # slime evaluates before the first step too
+    rate = per_step.get("ended_tokens_per_s")
+    length = per_step.get("response_length_mean")
+    if not rate or not length or rate["mean"] <= 0:
+        return evals, None, "not estimated: the pilot measured no tokens/s or response length"
+    tokens = min(length["mean"], plan.eval_max_response_len or length["mean"])
+    episodes = plan.eval_prompts * plan.eval_samples_per_prompt
+    each = episodes * tokens / rate["mean"]
+    why = (
+        f"{episodes} episodes of ~{tokens:,.0f} tokens at the pilot's {rate['mean']:,.0f} tokens/s "
+        "(an estimate: evaluation answers may run longer or shorter than training's)"
+    )
+    return evals, each, why
 
 
 def _fmt(value: Any, digits: int = 1, unit: str = "") -> str:
@@ -528,6 +655,11 @@ def report(pilot: Mapping[str, Any]) -> str:
             ", ".join(f"{r} {v:.1f} GiB" for r, v in (memory.get("peak_by_role_gib") or {}).items())
             or "not measured"
         ),
+        f"- longest trained episode: {_fmt(measured.get('longest_response_tokens'), 0, ' tokens')} "
+        f"(MAX_TOKENS_PER_GPU {_fmt(measured.get('max_tokens_per_gpu'))}; a longer one is trained alone in its "
+        "micro-batch, above the cap: with no context parallelism that decides the trainer's peak memory)",
+        "- the trainer's Memory-Usage lines are samples (Ray folds repeated lines), not maxima: the "
+        "nvidia-smi peaks above are the measure",
         f"- least headroom on any GPU: {_fmt(memory.get('min_headroom_gib'), unit=' GiB')}; SGLang KV cache token "
         f"usage peak {_fmt((measured.get('kv_cache_token_usage') or {}).get('max'), 2)}, most queued requests "
         f"{_fmt(measured.get('queued_requests_max'))}",
@@ -549,10 +681,37 @@ def report(pilot: Mapping[str, Any]) -> str:
             f"at risk at p90 step time), {projection['saves']} saves",
             f"- disk: {_fmt(disk.get('total_gb'), unit=' GB')} ({disk.get('checkpoints_kept', '?')} checkpoints "
             f"at once, logs {_fmt(disk.get('logs_gb'), 2, ' GB')})",
+            f"- evaluation: {projection['evaluations']} runs, {_fmt(projection.get('eval_hours'), 1, ' h')}"
+            + (
+                f" ({projection['eval_fraction'] * 100:.0f} % of the wall clock)"
+                if projection.get("eval_fraction") is not None
+                else ""
+            )
+            + f"; {projection['eval_estimate']}",
             f"- not included: {projection['excluded']}",
         ]
+        if projection.get("run_hours") is not None:
+            lines.append(
+                f"- NUM_ROLLOUT that fits {projection['run_hours']:g} h: {projection['num_rollout_for_run_hours']}"
+            )
     else:
         lines.append(f"- not possible: {projection.get('why')}")
+    checks = pilot.get("checks") or []
+    if checks:
+        verdicts = {check["verdict"] for check in checks}
+        overall = (
+            "NO-GO"
+            if "FAIL" in verdicts
+            else ("GO" if verdicts == {"PASS"} else "GO, with checks not measured")
+        )
+        lines += ["", f"## Go / no-go: {overall}"]
+        lines += [
+            f"- {check['verdict']}: {check['check']} = {_fmt(check['value'], 3)} (limit {check['limit']})"
+            for check in checks
+        ]
+    settings = pilot.get("settings") or {}
+    if settings:
+        lines += ["", "## Settings of the measured run"] + [f"- {k}={v}" for k, v in sorted(settings.items())]
     if missing:
         lines += ["", "## Not measured"] + [f"- {name}: {why}" for name, why in missing.items()]
     return "\n".join(lines) + "\n"
@@ -600,6 +759,17 @@ def _analyze_command(options: argparse.Namespace) -> int:
         max_hours_at_risk=options.max_hours_at_risk,
         gpu_hour_price=options.gpu_hour_price,
         settings=_settings(options.setting),
+        eval_interval=options.eval_interval,
+        eval_prompts=options.eval_prompts,
+        eval_samples_per_prompt=options.eval_samples_per_prompt,
+        eval_max_response_len=options.eval_max_response_len,
+        max_tokens_per_gpu=options.max_tokens_per_gpu,
+        run_hours=options.run_hours,
+        thresholds=Thresholds(
+            min_gpu_headroom_gib=options.min_gpu_headroom_gib,
+            max_logprob_gap=options.max_logprob_gap,
+            max_days=options.max_days,
+        ),
     )
     pilot = analyze(
         log,
@@ -663,6 +833,15 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--max-hours-at-risk", type=float, default=2.0)
     run.add_argument("--gpu-hour-price", type=float, help="price of one GPU-hour (no cost without it)")
     run.add_argument("--setting", action="append", default=[], help="NAME=VALUE recorded in pilot.json")
+    run.add_argument("--eval-interval", type=int, default=0, help="the full run's --eval-interval (0: none)")
+    run.add_argument("--eval-prompts", type=int, default=0, help="prompts in the full run's eval datasets")
+    run.add_argument("--eval-samples-per-prompt", type=int, default=1)
+    run.add_argument("--eval-max-response-len", type=int)
+    run.add_argument("--max-tokens-per-gpu", type=int)
+    run.add_argument("--run-hours", type=float, help="wall-clock hours available: sizes NUM_ROLLOUT")
+    run.add_argument("--max-days", type=float, help="go/no-go: the projected run must fit in this many days")
+    run.add_argument("--min-gpu-headroom-gib", type=float, default=Thresholds.min_gpu_headroom_gib)
+    run.add_argument("--max-logprob-gap", type=float, default=Thresholds.max_logprob_gap)
     interval = commands.add_parser("save-interval", help="steps per checkpoint from a pilot.json")
     interval.add_argument("pilot", type=Path)
     interval.add_argument("--hours", type=float, required=True, help="most hours a crash may cost")

@@ -15,6 +15,11 @@ the router, the engines and the trainer's ranks on any node:
 * **The router**: the installed ``sglang_router`` accepts the ``--router-*`` options the job passes,
   parsed by its own ``RouterArgs`` the way slime adds them (a rejected value fails the job at start).
 * **Storage**: every ``--writable`` directory takes a file (shared checkpoint and pilot folders).
+* **Sandbox isolation** (``--sandbox-config ROLLOUT_CONFIG``): the rollout's sandbox, started here with
+  the config's settings, runs model-written code in its own empty network namespace. Without
+  ``CAP_SYS_ADMIN`` (a ``docker run`` without ``--cap-add SYS_ADMIN``) it falls back to the host network,
+  where model code reaches the router, the engines, the cloud metadata service and the internet: refused
+  unless ``--allow-host-network`` (``SANDBOX_HOST_NETWORK=1``) accepts it, which prints a note instead.
 """
 
 from __future__ import annotations
@@ -130,6 +135,57 @@ def check_writable(directories: Sequence[Path]) -> list[str]:
     return problems
 
 
+def sandbox_network(rollout_config: Path) -> tuple[str, str]:
+    """The network the rollout's sandbox gets on this node (``per_call``, ``shared`` or ``host``) and why.
+
+    Starts the configured sandbox (without its preloads: only its isolation matters here) and reads
+    its capabilities, so the answer is what model code would get, not a guess from the kernel.
+    """
+    import asyncio
+
+    from strands_slime.config import load_config
+    from strands_slime.sandbox import Sandbox
+
+    config = load_config(rollout_config).sandbox
+    if config.backend == "camel":
+        return "host", "the camel backend has no isolation"
+    if config.network == "allow":
+        return "host", "the rollout config sets sandbox.network: allow"
+    # a Ray actor pool runs a zygote sandbox with these settings on every node: probe one here
+    probe = config.model_copy(update={"backend": "zygote", "preload_modules": (), "zygote_warm_up": ""})
+
+    async def _probe() -> tuple[str, str]:
+        async with Sandbox(probe) as box:
+            capabilities = box.capabilities
+        warnings = [w for w in capabilities.get("warnings", []) if "network" in str(w)]
+        return str(capabilities.get("network", "host")), "; ".join(map(str, warnings))
+
+    return asyncio.run(_probe())
+
+
+def check_sandbox_network(rollout_config: Path | None, allow_host: bool) -> tuple[list[str], list[str]]:
+    """(problems, notes): the sandbox must isolate model code from the network, unless accepted."""
+    if rollout_config is None:
+        return [], []
+    try:
+        network, why = sandbox_network(rollout_config)
+    except Exception as error:  # a broken sandbox is a problem of its own, reported in one line
+        return [
+            f"cannot start the rollout's sandbox to check its isolation: {type(error).__name__}: {error}"
+        ], []
+    if network != "host":
+        return [], []
+    problem = (
+        f"the sandbox cannot isolate model-written code from the network on this node ({why or 'no network namespace'}): "
+        "it could reach the router, the engines, the cloud metadata service and the internet. Run the "
+        "container with --cap-add SYS_ADMIN (docs/training.md, 'Sandbox isolation'), or accept it with "
+        "SANDBOX_HOST_NETWORK=1"
+    )
+    if allow_host:
+        return [], [f"SANDBOX_HOST_NETWORK=1: {problem.split(' (')[0]} (accepted)"]
+    return [problem], []
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run every check; one line per problem."""
     parser = argparse.ArgumentParser(prog="python -m strands_slime.launch.preflight")
@@ -139,8 +195,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--router-arg", action="append", default=[], help="one token of the router options")
     parser.add_argument("--writable", type=Path, action="append", default=[])
     parser.add_argument("--notes-only", action="store_true", help="report problems without failing")
+    parser.add_argument("--sandbox-config", type=Path, help="the rollout config whose sandbox must isolate")
+    parser.add_argument(
+        "--allow-host-network", action="store_true", help="accept a sandbox on the host network"
+    )
     options = parser.parse_args(argv)
+    sandbox_problems, notes = check_sandbox_network(options.sandbox_config, options.allow_host_network)
+    for note in notes:
+        print(f"preflight note: {note}", file=sys.stderr)
     problems = [
+        *sandbox_problems,
         *check_gpus(options.gpus),
         *check_ray(options.ray_version),
         *check_wandb(options.wandb_key_required),

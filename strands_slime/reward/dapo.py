@@ -15,7 +15,7 @@ import math
 import re
 from typing import Any
 
-from strands_slime.config import RewardConfig, get_rollout_config
+from strands_slime.config import ConfigError, RewardConfig, get_rollout_config
 from strands_slime.episode_metadata import EpisodeMetadata, write_keys
 from strands_slime.reward.math_answer import AnswerCheck, check_answer_async, get_math_verifier
 
@@ -328,6 +328,11 @@ async def reward_func(
     del kwargs  # slime passes none today; accepted for forward compatibility
     if config is None:
         config = _config_for(args)
+    budget = getattr(args, "rollout_max_response_len", None)
+    if isinstance(budget, int) and not isinstance(budget, bool) and budget > 0:
+        problem = config.budget_problem(budget)
+        if problem:  # every sample would be punished: stopping beats training on it
+            raise ConfigError(problem)
     if isinstance(sample, (list, tuple)):
         return list(await asyncio.gather(*(_reward_one(args, item, config) for item in sample)))
     return await _reward_one(args, sample, config)

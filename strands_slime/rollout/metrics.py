@@ -102,6 +102,7 @@ def compute_rollout_metrics(samples: Iterable[Any]) -> dict[str, float]:
     metrics["removed_ratio"] = sum(1 for s in flat if getattr(s, "remove_sample", False)) / n
     lengths = [getattr(s, "response_length", 0) or 0 for s in flat]
     metrics["response_length/mean"] = fmean(lengths)
+    metrics["response_length/max"] = float(max(lengths))
     trained = [sum(getattr(s, "loss_mask", None) or []) for s in flat]
     metrics["model_tokens/mean"] = fmean(trained)
     # a process total, not per sample: the abort watcher polls flags, not episodes

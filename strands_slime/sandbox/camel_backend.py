@@ -8,8 +8,11 @@ the exit code, which camel appends as text.
 camel builds each child's environment as ``os.environ.copy()``; on a training node that holds the
 W&B key and Ray's auth token. The backend hands camel's module a ``subprocess`` whose ``Popen``
 passes :func:`~strands_slime.sandbox.environment.scrubbed` environments instead (nothing else of
-``subprocess`` changes, and no other module sees it). This keeps secrets out of what the code
-prints, not out of reach: camel's children run as the same user, unisolated.
+``subprocess`` changes, and no other module sees it). That keeps secrets out of the child's own
+environment, not out of reach: camel's children run as the same user, unisolated, and read the
+parent's ``/proc/<ppid>/environ``, the user's ``.netrc`` and Ray's token file. So the backend refuses
+to start while any secret is within reach (:func:`~strands_slime.sandbox.environment.secrets_in_reach`):
+use the zygote backend on a node that holds credentials.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from typing import Any
 
 from strands_slime.sandbox.base import SandboxError, importable_modules
 from strands_slime.sandbox.config import SandboxConfig
-from strands_slime.sandbox.environment import scrubbed
+from strands_slime.sandbox.environment import scrubbed, secrets_in_reach
 from strands_slime.sandbox.result import ExecutionResult, ResultKind
 
 _RETURN_CODE = re.compile(r"\(Execution failed with return code (-?\d+)\)$")
@@ -107,6 +110,13 @@ class CamelBackend:
                 raise SandboxError(
                     "this camel-ai version does not start code through its module's subprocess: "
                     "its environment could not be scrubbed of secrets"
+                )
+            reachable = secrets_in_reach()
+            if reachable:
+                raise SandboxError(
+                    "the camel backend runs model code unisolated as this user, so it could read "
+                    f"{', '.join(reachable)} (through /proc/<pid>/environ and the files themselves); "
+                    "use the zygote backend, or remove these from this node's environment and home"
                 )
             scrub_camel_environment(subprocess_interpreter)
             self._executor = ThreadPoolExecutor(

@@ -5,25 +5,49 @@ whatever cloud credentials the node has; code the model writes prints ``os.envir
 anything else, and its output lands in the rollout, the logs and the training data. The zygote
 backend starts every execution from a fixed environment plus ``sandbox.env`` (which may not name a
 secret); the camel backend runs code with a copy of the rollout process's environment, filtered here.
-Names are judged by their words, so new credentials (``FOO_API_KEY``, ``BAR_TOKEN``) are caught too.
+Names are judged by their words, so new credentials (``FOO_API_KEY``, ``BAR_TOKEN``, ``GITLAB_PAT``)
+are caught too, and values by their form: a URL with a user and password in it (``DATABASE_URL``,
+``HTTPS_PROXY=http://user:pass@proxy``) is a credential whatever its name.
+
+Filtering a copy is not isolation: code that runs unisolated as the same user reads its parent's
+``/proc/<pid>/environ`` and the user's credential files. :func:`secrets_in_reach` lists what such code
+could read, so that a backend without isolation can refuse to run next to them.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
+from pathlib import Path
 
-__all__ = ["is_secret_name", "scrubbed"]
+__all__ = ["has_url_credentials", "is_secret", "is_secret_name", "scrubbed", "secrets_in_reach"]
 
 _SECRET_SUBSTRINGS = ("TOKEN", "SECRET", "PASSW", "PASSPHRASE", "CREDENTIAL", "PRIVATE")
-_SECRET_WORDS = frozenset({"KEY", "KEYS", "APIKEY", "AUTH", "COOKIE", "SESSION", "CERT", "NETRC"})
+_SECRET_WORDS = frozenset({"KEY", "KEYS", "APIKEY", "AUTH", "COOKIE", "SESSION", "CERT", "NETRC", "PAT"})
+# scheme://user:password@host (or scheme://token@host): credentials inside a URL.
+_URL_CREDENTIALS = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/\s@:]*(?::[^/\s@]*)?@")
+CREDENTIAL_FILES = (
+    ".netrc",
+    ".git-credentials",
+    ".aws/credentials",
+    ".config/gcloud/application_default_credentials.json",
+    ".cache/huggingface/token",
+    ".huggingface/token",
+    ".ray/auth_token",
+    ".docker/config.json",
+    ".pgpass",
+)
+"""Files under the home directory that hold credentials (W&B keeps its key in ``.netrc``)."""
+# Public CA bundles: scrubbed with the rest of the *CERT* names, but no credential to keep out of reach.
+_PUBLIC_CA = re.compile(r"(?:^|_)(?:SSL_CERT_FILE|SSL_CERT_DIR|PIP_CERT|CA_BUNDLE|CA_CERTS?)$")
 
 
 def is_secret_name(name: str) -> bool:
     """Whether an environment variable's name says it holds (or points at) a credential.
 
     ``WANDB_API_KEY``, ``WANDB_KEY``, ``HF_TOKEN``, ``RAY_AUTH_TOKEN_PATH``, ``AWS_SECRET_ACCESS_KEY``,
-    ``PGPASSWORD``, ``SSH_AUTH_SOCK``, ``GOOGLE_APPLICATION_CREDENTIALS``: yes. ``PATH``, ``HOME``,
+    ``PGPASSWORD``, ``SSH_AUTH_SOCK``, ``GOOGLE_APPLICATION_CREDENTIALS``, ``GITHUB_PAT``: yes. ``PATH``, ``HOME``,
     ``PWD``, ``CUDA_VISIBLE_DEVICES``: no.
     """
     upper = name.upper()
@@ -32,6 +56,37 @@ def is_secret_name(name: str) -> bool:
     return any(word in _SECRET_WORDS for word in re.split(r"[^A-Z0-9]+", upper))
 
 
+def has_url_credentials(value: str) -> bool:
+    """Whether ``value`` holds a URL with credentials in it (``postgres://user:pw@db/x``)."""
+    return bool(_URL_CREDENTIALS.search(value))
+
+
+def is_secret(name: str, value: str) -> bool:
+    """Whether a variable holds a credential, by its name or its value."""
+    return is_secret_name(name) or has_url_credentials(value)
+
+
 def scrubbed(environment: Mapping[str, str]) -> dict[str, str]:
-    """``environment`` without the variables :func:`is_secret_name` flags."""
-    return {name: value for name, value in environment.items() if not is_secret_name(name)}
+    """``environment`` without the variables that hold a credential (:func:`is_secret`)."""
+    return {name: value for name, value in environment.items() if not is_secret(name, value)}
+
+
+def secrets_in_reach(environment: Mapping[str, str] | None = None, home: Path | None = None) -> list[str]:
+    """What unisolated code running as this user could read: the names of secret variables in
+    ``environment`` (``os.environ``; readable through ``/proc/<ppid>/environ``) and the credential
+    files that exist (``~/.netrc``, Ray's token file, ...). Names and paths only, never values."""
+    environment = os.environ if environment is None else environment
+    found = sorted(
+        name
+        for name, value in environment.items()
+        if value
+        and is_secret(name, value)
+        and not (_PUBLIC_CA.search(name.upper()) and not has_url_credentials(value))
+    )
+    home = Path(environment.get("HOME") or Path.home()) if home is None else home
+    files = [home / relative for relative in CREDENTIAL_FILES]
+    token_path = environment.get("RAY_AUTH_TOKEN_PATH")
+    if token_path:
+        files.append(Path(token_path))
+    found += [str(path) for path in files if os.access(path, os.R_OK) and path.is_file()]
+    return found
