@@ -831,7 +831,7 @@ def test_a_server_rejecting_every_request_stops_the_run_without_blaming_its_heal
     config.write_text(NO_RETRIES)
     out = tmp_path / "r"
     with DevServerThread("scripted", script=SCRIPT) as server:
-        server.inject_fault(status=400, count=10_000, message="max_new_tokens is too large")
+        inject_fault(server, status=400, count=10_000, message="max_new_tokens is too large")
         argv = ["rollout", "--data", str(DEMO), "--base-url", server.url, "--config", str(config)]
         assert main([*argv, "--n-samples", "2", "--concurrency", "3", "--out", str(out)]) == 1
     err = capsys.readouterr().err
