@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.devserver_runners import DevServerThread
+from benchmarks.fault_injection import set_fault_mix
 from strands_slime.cli import main
-from strands_slime.devserver import DevServerThread
 
 pytestmark = pytest.mark.slow  # 10 runs: ~60 s
 
@@ -92,7 +93,7 @@ def test_one_ctrl_c_anywhere_ends_the_run_with_its_summary(
     config.write_text(RETRIES)
     seen: set[str] = set()
     with DevServerThread("scripted", script=script, latency=0.1) as server:
-        server.call(lambda: server.server.set_fault_mix(FAULTS, seed=SEED))  # type: ignore[union-attr]
+        set_fault_mix(server, FAULTS, seed=SEED)
         for run in range(RUNS):
             out = tmp_path / f"run{run}"
             argv = ["rollout", "--data", str(data), "--base-url", server.url, "--config", str(config)]
