@@ -357,6 +357,28 @@ async def test_inconsistent_logprobs_are_rejected(fault_server: FaultServer) -> 
             await client.generate([1], {})
 
 
+@pytest.mark.parametrize(
+    ("entries", "match"),
+    [
+        ([[-0.5, 6023, None], [-0.1]], "malformed logprob entries"),  # an entry without its id
+        ([[-0.5, 6023, None], ["low", 151645, None]], "malformed logprob entries"),
+        ([[-0.5, 6023, None], [-0.1, 7, None]], "disagree"),
+    ],
+)
+def test_malformed_logprob_entries_are_one_decoding_error(entries: list[Any], match: str) -> None:
+    body = json.loads(json.dumps(OK_BODY))
+    body["meta_info"]["output_token_logprobs"] = entries
+    with pytest.raises(SGLangDecodingError, match=match):
+        GenerateResponse.parse(body)
+
+
+def test_logprobs_of_another_json_number_type_are_floats() -> None:
+    body = json.loads(json.dumps(OK_BODY))
+    body["meta_info"]["output_token_logprobs"] = [[0, 6023, None], [None, 151645, None]]
+    reply = GenerateResponse.parse(body)
+    assert reply.output_logprobs == [0.0, None] and type(reply.output_logprobs[0]) is float
+
+
 async def test_max_model_len_cached_and_failures_expire(fault_server: FaultServer) -> None:
     fault_server.behaviours = [status(500, {"error": "boom"})] * 4
     client = make_client(fault_server.url, metadata_ttl_on_error=0.2)

@@ -21,6 +21,7 @@ import itertools
 import json
 import logging
 import math
+import operator
 import random
 import sys
 import time
@@ -249,18 +250,16 @@ class GenerateResponse:
         try:
             if output_ids is None:
                 output_ids = [int(entry[1]) for entry in entries]
-            logprobs = [None if (value := entry[0]) is None else float(value) for entry in entries]
-            input_logprobs = [
-                None if (value := entry[0]) is None else float(value) for entry in input_entries
-            ]
+            logprobs = _logprobs(entries)
+            input_logprobs = _logprobs(input_entries)
+            if entries and len(entries) != len(output_ids):
+                raise SGLangDecodingError(
+                    f"/generate returned {len(output_ids)} output_ids but {len(entries)} output logprobs"
+                )
+            if entries and not _ids_match(entries, output_ids):
+                raise SGLangDecodingError("/generate output_ids disagree with the token ids of its logprobs")
         except (TypeError, IndexError, ValueError) as exc:
             raise SGLangDecodingError(f"malformed logprob entries in /generate reply: {exc}") from exc
-        if entries and len(entries) != len(output_ids):
-            raise SGLangDecodingError(
-                f"/generate returned {len(output_ids)} output_ids but {len(entries)} output logprobs"
-            )
-        if entries and not _ids_match(entries, output_ids):
-            raise SGLangDecodingError("/generate output_ids disagree with the token ids of its logprobs")
         return cls(
             text=body.get("text") or "",
             output_ids=list(output_ids),
@@ -271,12 +270,28 @@ class GenerateResponse:
         )
 
 
+_FIRST, _SECOND = operator.itemgetter(0), operator.itemgetter(1)
+_NUMBER_OR_NULL = frozenset((float, type(None)))
+
+
+def _logprobs(entries: list[Any]) -> list[float | None]:
+    """The logprob of each ``[logprob, id, text]`` entry, a float or None. JSON gives floats: taken as
+    they are, in C (a reply holds one entry per token); anything else is converted one by one."""
+    try:
+        values = list(map(_FIRST, entries))
+    except (TypeError, KeyError):
+        values = None  # not lists: the loop below says what is wrong
+    if values is not None and _NUMBER_OR_NULL.issuperset(map(type, values)):
+        return values
+    return [None if (value := entry[0]) is None else float(value) for entry in entries]
+
+
 def _ids_match(entries: list[Any], output_ids: list[Any]) -> bool:
     """Whether each logprob entry's token id equals the output id at its position."""
     try:  # one list comparison in C: the common, well-formed case
-        if [int(entry[1]) for entry in entries] == output_ids:
+        if list(map(_SECOND, entries)) == output_ids:
             return True
-    except (TypeError, IndexError, ValueError):
+    except (TypeError, IndexError, KeyError):
         pass
     # Element by element, stopping at the first mismatch (malformed entries raise as they always did).
     return not any(int(entry[1]) != tok for entry, tok in zip(entries, output_ids, strict=True))
