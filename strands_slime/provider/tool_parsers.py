@@ -268,19 +268,11 @@ class Qwen3CoderToolParser(ToolParser):
         match = _FUNCTION_RE.search(raw)
         if match is None:
             return ToolCall(INVALID_TOOL_NAME, None, raw, "no <function=NAME> element in tool call")
-        name = match.group(1).strip()
-        properties = ((schemas or {}).get(name) or {}).get("properties") or {}
-        arguments: dict[str, Any] = {}
-        for param in _PARAMETER_RE.finditer(match.group(2)):
-            key = param.group(1).strip()
-            value = _strip_one_newline(param.group(2))
-            converted, problem = _convert_xml_value(value, _schema_types(properties.get(key) or {}))
-            if problem:
-                return ToolCall(
-                    name or INVALID_TOOL_NAME, None, raw, f"argument '{key}' of tool '{name}' {problem}"
-                )
-            arguments[key] = converted
-        return _check_call(name, arguments, raw, schemas)
+        pairs = [
+            (p.group(1).strip(), _strip_one_newline(p.group(2)))
+            for p in _PARAMETER_RE.finditer(match.group(2))
+        ]
+        return _typed_arguments(match.group(1).strip(), pairs, schemas, raw)
 
 
 def _strip_one_newline(value: str) -> str:
