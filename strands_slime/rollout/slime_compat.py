@@ -48,17 +48,19 @@ def decode_int32_meta_array(meta_info: Mapping[str, Any], keys: str | Iterable[s
             raise RuntimeError("array('i') is not 32-bit on this platform")
         decoded.frombytes(bytes(value))
         return decoded.tolist()
-    if hasattr(value, "tolist"):
-        value = value.tolist()
-    return [int(item) for item in _flatten(value)]
+    return _int_list(value)
 
 
-def _flatten(value: Any) -> Iterable[Any]:
-    if isinstance(value, (list, tuple)):
-        for item in value:
-            yield from _flatten(item)
-    else:
-        yield value
+def flatten(items: Iterable[Any]) -> list[Any]:
+    """The leaves of nested lists and tuples: the samples of a batch or a group (a fanned-out episode
+    is a list of samples), or the values of a nested array."""
+    flat: list[Any] = []
+    for item in items:
+        if isinstance(item, (list, tuple)):
+            flat.extend(flatten(item))
+        else:
+            flat.append(item)
+    return flat
 
 
 def _int_list(values: Any) -> list[int]:
@@ -66,7 +68,7 @@ def _int_list(values: Any) -> list[int]:
         return []
     if hasattr(values, "tolist"):
         values = values.tolist()
-    return [int(item) for item in _flatten(values)]
+    return [int(item) for item in flatten([values])]
 
 
 def _top_p_span_data(
