@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import importlib.metadata
 import json
 import os
@@ -181,34 +182,20 @@ def _print_paths(name: str) -> int:
     return 0
 
 
+_RENAMED_FLAGS = {"health_timeout_s": "health_timeout", "unhealthy_timeout_s": "unhealthy_timeout"}
+"""``RolloutOptions`` fields whose flag has another name (``--health-timeout``)."""
+
+
 def _options(ns: argparse.Namespace, data: Path) -> RolloutOptions:
+    """The rollout's options from its flags: one flag per field of :class:`RolloutOptions`."""
+    flags = vars(ns)
     return RolloutOptions(
         data=data,
-        out=ns.out,
-        base_url=ns.base_url,
-        backend=ns.backend,
-        script=ns.script,
-        model=ns.model,
-        tokenizer=ns.tokenizer,
-        config=ns.config,
-        n_samples=ns.n_samples,
-        concurrency=ns.concurrency,
-        limit=ns.limit,
-        input_key=ns.input_key,
-        label_key=ns.label_key,
-        max_response_len=ns.max_response_len,
-        max_context_len=ns.max_context_len,
-        temperature=ns.temperature,
-        top_p=ns.top_p,
-        top_k=ns.top_k,
-        evaluation=ns.evaluation,
-        keep_transcript=ns.keep_transcript,
-        quiet=ns.quiet,
-        resume=ns.resume,
-        overwrite=ns.overwrite,
-        max_failure_rate=ns.max_failure_rate,
-        health_timeout_s=ns.health_timeout,
-        unhealthy_timeout_s=ns.unhealthy_timeout,
+        **{
+            field.name: flags[_RENAMED_FLAGS.get(field.name, field.name)]
+            for field in dataclasses.fields(RolloutOptions)
+            if field.name != "data"
+        },
     )
 
 

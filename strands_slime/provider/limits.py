@@ -28,6 +28,9 @@ MAX_MODEL_CALLS_LIMIT = 256
 """The highest ``max_model_calls`` the rollout config accepts (below Strands' recursion failure)."""
 
 
+_COUNTERS = ("tool_iter_count", "tool_call_count", "model_call_count")
+
+
 class ToolLimiter(HookProvider):
     """Stop the episode when the model asks for more than ``max_tool_iters`` tool rounds (parallel
     calls in one message are one round) or more than ``max_tool_calls`` calls in all."""
@@ -62,25 +65,18 @@ class ToolLimiter(HookProvider):
 
     def counters(self) -> dict[str, int]:
         """The counts so far (plain JSON), to carry an aborted episode over to its resumed attempt."""
-        return {
-            "tool_iter_count": self.tool_iter_count,
-            "tool_call_count": self.tool_call_count,
-            "model_call_count": self.model_call_count,
-        }
+        return {name: getattr(self, name) for name in _COUNTERS}
 
     def restore_counters(self, counters: dict[str, int]) -> None:
         """Continue from :meth:`counters` of an earlier attempt of the same episode.
 
         Raises:
             ValueError: a count is missing or negative."""
-        values = {
-            name: int(counters[name]) for name in ("tool_iter_count", "tool_call_count", "model_call_count")
-        }
+        values = {name: int(counters[name]) for name in _COUNTERS}
         if min(values.values()) < 0:
             raise ValueError(f"negative limiter counters: {values}")
-        self.tool_iter_count = values["tool_iter_count"]
-        self.tool_call_count = values["tool_call_count"]
-        self.model_call_count = values["model_call_count"]
+        for name, value in values.items():
+            setattr(self, name, value)
 
     def register_hooks(self, registry: HookRegistry, **kwargs: Any) -> None:
         """Count model calls before each one and tool rounds/calls when an assistant message is added."""

@@ -175,6 +175,10 @@ class ToolParser:
     """How a call must look, shown to the model after a malformed call."""
     shown_call_chars = 400
     """How much of a malformed call is quoted back to the model."""
+    call_pattern: re.Pattern[str] | None = None
+    """For a format whose section holds several calls: one call (each match goes to :meth:`parse_call`).
+    Text between the calls, or no call at all, adds a call carrying :attr:`section_error`."""
+    section_error = ""
 
     def explain_error(self, error: str, raw: str) -> str:
         """The tool result a malformed call gets: what was wrong, the call as written, and the format.
@@ -211,8 +215,17 @@ class ToolParser:
         return "".join(kept).strip(), calls
 
     def parse_section(self, body: str, schemas: dict[str, dict[str, Any]] | None) -> list[ToolCall]:
-        """The calls in one section (one call by default)."""
-        return [self.parse_block(body, schemas)]
+        """The calls in one section: each :attr:`call_pattern` match, or else the section as one call."""
+        if self.call_pattern is None:
+            return [self.parse_block(body, schemas)]
+        calls = [self.parse_call(match, schemas) for match in self.call_pattern.finditer(body)]
+        if self.call_pattern.sub("", body).strip() or not calls:
+            calls.append(ToolCall(INVALID_TOOL_NAME, None, body.strip(), self.section_error))
+        return calls
+
+    def parse_call(self, match: re.Match[str], schemas: dict[str, dict[str, Any]] | None) -> ToolCall:
+        """Parse one :attr:`call_pattern` match into a call, or a call carrying the parse error."""
+        raise NotImplementedError
 
     def parse_block(self, body: str, schemas: dict[str, dict[str, Any]] | None) -> ToolCall:
         """Parse the body of one tool-call block into a call, or a call carrying the parse error."""
@@ -268,19 +281,11 @@ class Qwen3CoderToolParser(ToolParser):
         match = _FUNCTION_RE.search(raw)
         if match is None:
             return ToolCall(INVALID_TOOL_NAME, None, raw, "no <function=NAME> element in tool call")
-        name = match.group(1).strip()
-        properties = ((schemas or {}).get(name) or {}).get("properties") or {}
-        arguments: dict[str, Any] = {}
-        for param in _PARAMETER_RE.finditer(match.group(2)):
-            key = param.group(1).strip()
-            value = _strip_one_newline(param.group(2))
-            converted, problem = _convert_xml_value(value, _schema_types(properties.get(key) or {}))
-            if problem:
-                return ToolCall(
-                    name or INVALID_TOOL_NAME, None, raw, f"argument '{key}' of tool '{name}' {problem}"
-                )
-            arguments[key] = converted
-        return _check_call(name, arguments, raw, schemas)
+        pairs = [
+            (p.group(1).strip(), _strip_one_newline(p.group(2)))
+            for p in _PARAMETER_RE.finditer(match.group(2))
+        ]
+        return _typed_arguments(match.group(1).strip(), pairs, schemas, raw)
 
 
 def _strip_one_newline(value: str) -> str:
@@ -395,18 +400,13 @@ class MiniMaxM2ToolParser(ToolParser):
         "</invoke>\n</minimax:tool_call>"
     )
 
-    def parse_section(self, body: str, schemas: dict[str, dict[str, Any]] | None) -> list[ToolCall]:
-        """Parse one tool-call section into its calls; a malformed call carries its parse error."""
-        calls = []
-        for invoke in _INVOKE_RE.finditer(body):
-            pairs = [(m.group(1), m.group(2)) for m in _MINIMAX_PARAMETER_RE.finditer(invoke.group(2))]
-            calls.append(_typed_arguments(invoke.group(1).strip(), pairs, schemas, invoke.group(0)))
-        leftover = _INVOKE_RE.sub("", body).strip()
-        if leftover or not calls:
-            calls.append(
-                ToolCall(INVALID_TOOL_NAME, None, body.strip(), 'expected <invoke name="NAME">...</invoke>')
-            )
-        return calls
+    call_pattern = _INVOKE_RE
+    section_error = 'expected <invoke name="NAME">...</invoke>'
+
+    def parse_call(self, match: re.Match[str], schemas: dict[str, dict[str, Any]] | None) -> ToolCall:
+        """Parse one ``<invoke>`` into a call, or a call carrying the parse error."""
+        pairs = [(m.group(1), m.group(2)) for m in _MINIMAX_PARAMETER_RE.finditer(match.group(2))]
+        return _typed_arguments(match.group(1).strip(), pairs, schemas, match.group(0))
 
 
 _KIMI_CALL_RE = re.compile(
@@ -488,19 +488,12 @@ class DeepSeekV32ToolParser(ToolParser):
         f'string="true|false">value</{_DSML}parameter>\n</{_DSML}invoke>\n</{_DSML}function_calls>'
     )
 
-    def parse_section(self, body: str, schemas: dict[str, dict[str, Any]] | None) -> list[ToolCall]:
-        """Parse one tool-call section into its calls; a malformed call carries its parse error."""
-        calls = []
-        for invoke in _DSML_INVOKE_RE.finditer(body):
-            calls.append(self._invoke(invoke.group(1).strip(), invoke.group(2), invoke.group(0), schemas))
-        if _DSML_INVOKE_RE.sub("", body).strip() or not calls:
-            calls.append(
-                ToolCall(INVALID_TOOL_NAME, None, body.strip(), f'expected <{_DSML}invoke name="NAME">')
-            )
-        return calls
+    call_pattern = _DSML_INVOKE_RE
+    section_error = f'expected <{_DSML}invoke name="NAME">'
 
-    @staticmethod
-    def _invoke(name: str, body: str, raw: str, schemas: dict[str, dict[str, Any]] | None) -> ToolCall:
+    def parse_call(self, match: re.Match[str], schemas: dict[str, dict[str, Any]] | None) -> ToolCall:
+        """Parse one DSML ``invoke`` into a call, or a call carrying the parse error."""
+        name, body, raw = match.group(1).strip(), match.group(2), match.group(0)
         arguments: dict[str, Any] = {}
         for match in _DSML_PARAMETER_RE.finditer(body):
             key, is_string, value = match.groups()
@@ -559,25 +552,16 @@ class DeepSeekV3ToolParser(ToolParser):
         "<\uff5ctool\u2581calls\u2581end\uff5c>"
     )
 
-    def parse_section(self, body: str, schemas: dict[str, dict[str, Any]] | None) -> list[ToolCall]:
-        """Parse one tool-call section into its calls; a malformed call carries its parse error."""
-        calls = []
-        for match in _DEEPSEEK_V3_CALL_RE.finditer(body):
-            name, arguments = match.group(1).strip(), match.group(2)
-            fenced = _FENCED_JSON_RE.match(arguments)
-            if name == "function" and fenced:
-                name, arguments = fenced.group(1).strip(), fenced.group(2)
-            calls.append(_json_arguments_call(name, arguments, match.group(0), schemas))
-        if _DEEPSEEK_V3_CALL_RE.sub("", body).strip() or not calls:
-            calls.append(
-                ToolCall(
-                    INVALID_TOOL_NAME,
-                    None,
-                    body.strip(),
-                    "expected <\uff5ctool\u2581call\u2581begin\uff5c>NAME<\uff5ctool\u2581sep\uff5c>{JSON}<\uff5ctool\u2581call\u2581end\uff5c>",
-                )
-            )
-        return calls
+    call_pattern = _DEEPSEEK_V3_CALL_RE
+    section_error = "expected <\uff5ctool\u2581call\u2581begin\uff5c>NAME<\uff5ctool\u2581sep\uff5c>{JSON}<\uff5ctool\u2581call\u2581end\uff5c>"
+
+    def parse_call(self, match: re.Match[str], schemas: dict[str, dict[str, Any]] | None) -> ToolCall:
+        """Parse one call (V3.1's, or V3's ``function`` with a fenced JSON block) into a call."""
+        name, arguments = match.group(1).strip(), match.group(2)
+        fenced = _FENCED_JSON_RE.match(arguments)
+        if name == "function" and fenced:
+            name, arguments = fenced.group(1).strip(), fenced.group(2)
+        return _json_arguments_call(name, arguments, match.group(0), schemas)
 
 
 _REGISTRY: dict[str, type[ToolParser]] = {}

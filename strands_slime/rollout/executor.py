@@ -64,6 +64,7 @@ from strands_slime.rollout.executor_wire import (
     WorkerLink,
     apply_result,
     encode,
+    frame,
     pack_fields,
     unpicklable,
 )
@@ -247,7 +248,7 @@ class _ProcessLink:
     def send(self, kind: str, payload: bytes) -> None:
         stdin = self.process.stdin
         if stdin is not None and not stdin.is_closing():
-            stdin.write(HEADER.pack(len(payload)) + payload)
+            stdin.write(frame(payload))
 
     async def replies(self) -> AsyncIterator[bytes]:
         stream = self.process.stdout

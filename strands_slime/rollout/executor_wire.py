@@ -44,9 +44,8 @@ def encode(message: Any) -> bytes:
     return pickle.dumps(message, protocol=PICKLE_PROTOCOL)
 
 
-def frame(message: Any) -> bytes:
-    """One message as it goes on a pipe: its length, then :func:`encode`'s bytes."""
-    payload = encode(message)
+def frame(payload: bytes) -> bytes:
+    """An :func:`encode`-d message as it goes on a pipe: its length, then its bytes."""
     return HEADER.pack(len(payload)) + payload
 
 

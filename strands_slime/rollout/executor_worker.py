@@ -32,6 +32,7 @@ from strands_slime.rollout.executor_wire import (
     OPTIONAL_SAMPLE_ATTRIBUTES,
     apply_result,
     encode,
+    frame,
     pack_fields,
 )
 from strands_slime.rollout.gc_policy import tune_gc_once
@@ -202,7 +203,7 @@ class _PipeServer:
 
     def _write(self, payloads: list[bytes]) -> None:
         for payload in payloads:
-            self._transport.write(HEADER.pack(len(payload)) + payload)
+            self._transport.write(frame(payload))
 
     def _reply_to(self, coroutine: Any) -> None:
         async def answer() -> None:

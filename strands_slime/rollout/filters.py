@@ -19,25 +19,13 @@ Both need ``--over-sampling-batch-size`` above ``--rollout-batch-size`` so slime
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable
 from typing import Any
 
 from strands_slime.episode_metadata import EpisodeMetadata
-from strands_slime.rollout.slime_compat import status_name
+from strands_slime.rollout.slime_compat import flatten, status_name
 
 # slime's check_reward_nonzero_std threshold.
 _MIN_REWARD_STD = 1e-6
-
-
-def _leaves(samples: Iterable[Any]) -> list[Any]:
-    """A group's samples; a fanned-out episode (a list of samples) counts each of its samples."""
-    flat: list[Any] = []
-    for item in samples:
-        if isinstance(item, list):
-            flat.extend(_leaves(item))
-        else:
-            flat.append(item)
-    return flat
 
 
 def _reward_value(args: Any, sample: Any) -> float:
@@ -72,7 +60,7 @@ def _lost(sample: Any) -> str | None:
 
 def drop_groups_with_infra_failures(args: Any, samples: list[Any], **kwargs: Any) -> Any:
     """Keep a group only if none of its samples failed for infrastructure reasons or was aborted."""
-    reasons = [reason for reason in map(_lost, _leaves(samples)) if reason is not None]
+    reasons = [reason for reason in map(_lost, flatten(samples)) if reason is not None]
     keep = not reasons
     # When too few groups are left to fill the batch, keep a group with removed samples (they are
     # masked anyway), but never one holding an unrewarded ABORTED sample.
@@ -91,6 +79,6 @@ def drop_infra_failures_and_zero_std(args: Any, samples: list[Any], **kwargs: An
     infra = drop_groups_with_infra_failures(args, samples, **kwargs)
     if not (infra if isinstance(infra, bool) else infra.keep):
         return infra
-    rewards = [_reward_value(args, s) for s in _leaves(samples)]
+    rewards = [_reward_value(args, s) for s in flatten(samples)]
     keep = len(rewards) > 1 and statistics.stdev(rewards) > _MIN_REWARD_STD
     return _output(keep, None if keep else f"zero_std_{round(rewards[0], 1)}", keep_when_insufficient=False)

@@ -35,16 +35,6 @@ logger = logging.getLogger(__name__)
 _STATUSES = ("completed", "truncated", "aborted", "failed")
 
 
-def _flatten(samples: Iterable[Any]) -> list[Any]:
-    flat: list[Any] = []
-    for item in samples:
-        if isinstance(item, (list, tuple)):
-            flat.extend(_flatten(item))
-        else:
-            flat.append(item)
-    return flat
-
-
 def _number(value: Any) -> float | None:
     """A metadata value as a number, or None (absent, text, or a flag)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -88,7 +78,7 @@ def compute_rollout_metrics(samples: Iterable[Any]) -> dict[str, float]:
 
     Which keys feed which metrics is declared once, in :class:`~strands_slime.episode_metadata.EpisodeMetadata`.
     """
-    flat = _flatten(samples)
+    flat = slime_compat.flatten(samples)
     if not flat:
         return {}
     metas: list[Mapping[str, Any]] = [getattr(s, "metadata", None) or {} for s in flat]
@@ -257,7 +247,7 @@ def log_rollout(
 ) -> bool:
     """slime custom rollout log function: adds ``rollout/strands/*``; returns False (slime logs too)."""
     try:
-        flat = _flatten(samples or [])
+        flat = slime_compat.flatten(samples or [])
         tally = take_step_tally(rollout_id)
         local = compute_rollout_metrics(flat)
         if flat or tally is not None:

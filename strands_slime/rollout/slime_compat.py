@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import array
 import base64
+import dataclasses
 import functools
 import importlib.util
 import logging
@@ -47,17 +48,19 @@ def decode_int32_meta_array(meta_info: Mapping[str, Any], keys: str | Iterable[s
             raise RuntimeError("array('i') is not 32-bit on this platform")
         decoded.frombytes(bytes(value))
         return decoded.tolist()
-    if hasattr(value, "tolist"):
-        value = value.tolist()
-    return [int(item) for item in _flatten(value)]
+    return _int_list(value)
 
 
-def _flatten(value: Any) -> Iterable[Any]:
-    if isinstance(value, (list, tuple)):
-        for item in value:
-            yield from _flatten(item)
-    else:
-        yield value
+def flatten(items: Iterable[Any]) -> list[Any]:
+    """The leaves of nested lists and tuples: the samples of a batch or a group (a fanned-out episode
+    is a list of samples), or the values of a nested array."""
+    flat: list[Any] = []
+    for item in items:
+        if isinstance(item, (list, tuple)):
+            flat.extend(flatten(item))
+        else:
+            flat.append(item)
+    return flat
 
 
 def _int_list(values: Any) -> list[int]:
@@ -65,7 +68,7 @@ def _int_list(values: Any) -> list[int]:
         return []
     if hasattr(values, "tolist"):
         values = values.tolist()
-    return [int(item) for item in _flatten(values)]
+    return [int(item) for item in flatten([values])]
 
 
 def _top_p_span_data(
@@ -91,8 +94,21 @@ def _top_p_span_data(
     return token_ids, offsets
 
 
+class _Counters:
+    """``to_dict``/``from_dict`` of slime's per-sample counter dataclasses."""
+
+    def to_dict(self) -> dict[str, int]:
+        """The fields as slime serialises them."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Any:
+        """Rebuild from ``to_dict``'s output (missing counters read as 0)."""
+        return cls(**{key: data.get(key, 0) for key in cls.__dataclass_fields__})
+
+
 @dataclass
-class SpecInfo:
+class SpecInfo(_Counters):
     """``Sample.SpecInfo``: speculative-decoding counters summed over the episode's model calls."""
 
     spec_accept_token_num: int = 0
@@ -119,23 +135,9 @@ class SpecInfo:
         self.spec_verify_ct += meta_info.get("spec_verify_ct", 0)
         self.completion_token_num += meta_info.get("completion_tokens", 0)
 
-    def to_dict(self) -> dict[str, int]:
-        """The fields as slime serialises them."""
-        return {
-            "spec_accept_token_num": self.spec_accept_token_num,
-            "spec_draft_token_num": self.spec_draft_token_num,
-            "spec_verify_ct": self.spec_verify_ct,
-            "completion_token_num": self.completion_token_num,
-        }
-
-    @staticmethod
-    def from_dict(data: Mapping[str, Any]) -> SpecInfo:
-        """Rebuild from ``to_dict``'s output (missing counters read as 0)."""
-        return SpecInfo(**{key: data.get(key, 0) for key in SpecInfo.__dataclass_fields__})
-
 
 @dataclass
-class PrefixCacheInfo:
+class PrefixCacheInfo(_Counters):
     """``Sample.PrefixCacheInfo``: prompt and prefix-cache-hit tokens summed over the model calls."""
 
     cached_tokens: int = 0
@@ -150,15 +152,6 @@ class PrefixCacheInfo:
         """Add one ``/generate`` reply's ``meta_info`` counters, as slime's own generate does."""
         self.cached_tokens += meta_info.get("cached_tokens", 0)
         self.total_prompt_tokens += meta_info.get("prompt_tokens", 0)
-
-    def to_dict(self) -> dict[str, int]:
-        """The fields as slime serialises them."""
-        return {"cached_tokens": self.cached_tokens, "total_prompt_tokens": self.total_prompt_tokens}
-
-    @staticmethod
-    def from_dict(data: Mapping[str, Any]) -> PrefixCacheInfo:
-        """Rebuild from ``to_dict``'s output (missing counters read as 0)."""
-        return PrefixCacheInfo(data.get("cached_tokens", 0), data.get("total_prompt_tokens", 0))
 
 
 @dataclass

@@ -88,7 +88,6 @@ class CamelBackend:
         self.config = config
         self.capabilities: dict[str, Any] = {"backend": "camel", "isolation": "none"}
         self._executor: ThreadPoolExecutor | None = None
-        self._interpreters: dict[int, Any] = {}
 
     @property
     def pid(self) -> None:

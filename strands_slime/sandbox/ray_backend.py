@@ -32,6 +32,7 @@ import contextlib
 import logging
 import math
 import os
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from strands_slime.aborts import wait_for
@@ -106,15 +107,15 @@ class ActorPlacement(NamedTuple):
     calls: int
 
 
+@dataclass(eq=False)
 class _Member:
     """One actor of the pool, as the owner sees it."""
 
-    def __init__(self, actor: Any) -> None:
-        self.actor = actor
-        self.inflight = 0
-        self.dead: str | None = None
-        self.node_id: str | None = None
-        self.pid: int | None = None
+    actor: Any
+    inflight: int = 0
+    dead: str | None = None
+    node_id: str | None = None
+    pid: int | None = None
 
 
 class RayBackend:

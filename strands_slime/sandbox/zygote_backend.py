@@ -27,6 +27,7 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -209,22 +210,14 @@ def _discard_launch(
         launcher.reap(launch.result()[0])
 
 
+@dataclass(slots=True)
 class _PendingExecution:
     """An execution in flight: the zygote's ``done`` message to come, and its three pipes."""
 
-    __slots__ = ("answer", "status", "stderr", "stdout")
-
-    def __init__(
-        self,
-        answer: asyncio.Future[dict[str, Any]],
-        stdout: OutputCapture,
-        stderr: OutputCapture,
-        status: StatusReader,
-    ) -> None:
-        self.answer = answer
-        self.stdout = stdout
-        self.stderr = stderr
-        self.status = status
+    answer: asyncio.Future[dict[str, Any]]
+    stdout: OutputCapture
+    stderr: OutputCapture
+    status: StatusReader
 
     def close(self) -> None:
         """Close all three pipes."""
