@@ -176,6 +176,14 @@ async def test_the_old_names_warn_and_name_the_new_place() -> None:
     with pytest.warns(DeprecationWarning, match="benchmarks/fault_injection.py"):
         from strands_slime.devserver.proxy import FaultProxy
     assert FaultProxy is fault_injection.FaultProxy
+    with pytest.warns(DeprecationWarning, match=r"devserver\.faults\.inject_fault moved .*fault_injection"):
+        from strands_slime.devserver.faults import inject_fault as old_inject_fault
+    assert old_inject_fault is fault_injection.inject_fault
+    with pytest.warns(DeprecationWarning, match="benchmarks/devserver_runners.py"):
+        from strands_slime.devserver.runners import DevServerThread
+    assert DevServerThread is devserver_runners.DevServerThread
+    with pytest.raises(ImportError, match="cannot import name 'Nothing'"):
+        from strands_slime.devserver.runners import Nothing  # noqa: F401
     async with DevServer("scripted", script=SCRIPT) as server:
         with pytest.warns(
             DeprecationWarning, match=r"DevServer.inject_fault moved .*fault_injection\.inject_fault"

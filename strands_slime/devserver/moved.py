@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 MOVED = dict.fromkeys(
@@ -31,3 +32,14 @@ def moved(old: str, name: str) -> Any:
         return getattr(importlib.import_module(where), name)
     except ImportError as exc:
         raise ImportError(f"{old} moved to {place}: run from a checkout of the repository") from exc
+
+
+def module_getattr(module: str, *names: str) -> Callable[[str], Any]:
+    """The ``__getattr__`` of a module whose ``names`` moved: each warns (:func:`moved`) and still works."""
+
+    def getattr_(name: str) -> Any:
+        if name in names:
+            return moved(f"{module}.{name}", name)
+        raise AttributeError(f"module {module!r} has no attribute {name!r}")
+
+    return getattr_
