@@ -269,8 +269,8 @@ class ScriptedBackend(Backend):
         if index is None:
             return
         key_type = (requested_grammar(request.params) or ("grammar", ""))[0]
-        before = await self.tokens.decode(list(reply[:index]), skip_special_tokens=False)
-        piece = await self.tokens.decode([reply[index]], skip_special_tokens=False)
+        before = await self.tokens.decode(list(reply[:index]))
+        piece = await self.tokens.decode([reply[index]])
         raise ProtocolError.value(
             f"scripted backend: the reply violates the request's {key_type} constraint at token {index} "
             f"({piece!r} after {before[-80:]!r})"
@@ -289,7 +289,7 @@ class ScriptedBackend(Backend):
                 suffix = await self.tokens.decode(ids[known:]) if known < len(ids) else ""
                 if not suffix.startswith("\ufffd"):
                     return prefix_text + suffix
-        return await self.tokens.decode(ids, skip_special_tokens=False)
+        return await self.tokens.decode(ids)
 
     def open(self, request: GenerationRequest) -> Generation:
         """Start replaying the chosen reply for an admitted request."""
