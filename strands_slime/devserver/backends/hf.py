@@ -195,10 +195,6 @@ class HFBackend(Backend):
         data = [(keys[:, :, :length], values[:, :, :length]) for keys, values in payload]
         return DynamicCache(ddp_cache_data=data, config=self.config)
 
-    async def prepare(self, request: GenerationRequest) -> None:
-        """Compile the request's grammar, if any (a 400 when it does not compile)."""
-        await self.compile_grammar(request)
-
     def open(self, request: GenerationRequest) -> Generation:
         """Start generating for an admitted request."""
         return _HFGeneration(self, request)
@@ -216,10 +212,6 @@ class HFBackend(Backend):
     def flush_cache(self) -> None:
         """Drop every cached prefix (on the model thread, which owns the cache)."""
         self._executor.submit(self.prefix_cache.clear)  # the cache belongs to the model thread
-
-    def cache_stats(self) -> dict[str, Any]:
-        """The prefix cache's counters."""
-        return self.prefix_cache.stats()
 
     async def close(self) -> None:
         """Stop the model thread."""

@@ -244,7 +244,7 @@ class ScriptedBackend(Backend):
                 "The scripted backend has no distribution for top_logprobs_num or token_ids_logprob; "
                 "use the hf backend."
             )
-        await self.compile_grammar(request)
+        await super().prepare(request)  # the grammar
         continuation = self._continuations.pop(prompt_key(request.input_ids), None)
         if continuation is not None:
             request.backend_state = continuation
@@ -303,14 +303,6 @@ class ScriptedBackend(Backend):
             "model_type": None,
             "architectures": None,
         }
-
-    def flush_cache(self) -> None:
-        """Drop every cached prefix."""
-        self.prefix_cache.clear()
-
-    def cache_stats(self) -> dict[str, Any]:
-        """The prefix cache's counters."""
-        return self.prefix_cache.stats()
 
 
 @dataclass(frozen=True, slots=True)
