@@ -13,7 +13,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from strands_slime.devserver import DevServer, scripted_output_logprobs
+from benchmarks.devserver_reference import scripted_output_logprobs
+from strands_slime.devserver import DevServer
 from strands_slime.provider.client import (
     SGLangBadRequestError,
     SGLangClient,

@@ -1,5 +1,5 @@
-"""Names that left the package: fault injection and the thread and subprocess runners are test tools now
-(``benchmarks/`` in the repository). The old names warn and, in a checkout, still work."""
+"""Names that left the package: fault injection, the thread and subprocess runners and the reference
+logprobs are test tools now (``benchmarks/`` in the repository). The old names warn and, in a checkout, still work."""
 
 from __future__ import annotations
 
@@ -12,6 +12,9 @@ MOVED = dict.fromkeys(
     ("Fault", "FaultProxy", "inject_fault", "set_fault_mix", "clear_faults"), "benchmarks.fault_injection"
 )
 MOVED |= dict.fromkeys(("DevServerProcess", "DevServerThread"), "benchmarks.devserver_runners")
+MOVED |= dict.fromkeys(
+    ("full_forward_logprobs", "scripted_output_logprobs"), "benchmarks.devserver_reference"
+)
 
 
 def moved(old: str, name: str) -> Any:

@@ -26,6 +26,7 @@ from pydantic import (
 )
 
 from strands_slime.devserver.backends.base import Backend, Generation
+from strands_slime.devserver.moved import module_getattr
 from strands_slime.devserver.prefix_cache import PrefixCache
 from strands_slime.devserver.protocol import ProtocolError
 from strands_slime.devserver.request import GenerationRequest, PrefillResult, TokenStep
@@ -39,6 +40,7 @@ DEFAULT_PREFIX_CACHE_TOKENS = 2_000_000
 _MASK64 = (1 << 64) - 1
 MAX_CONTINUATIONS = 4096
 """Cut-short replies remembered for continuation (oldest forgotten first)."""
+__getattr__ = module_getattr(__name__, "scripted_output_logprobs")
 
 
 class ScriptError(ValueError):
@@ -155,12 +157,6 @@ def scripted_logprob(key: int, position: int, token_id: int) -> float:
     x = (x * 0x94D049BB133111EB) & _MASK64
     x ^= x >> 31
     return -(0.7 + 7.3 * ((x >> 11) / float(1 << 53)))
-
-
-def scripted_output_logprobs(prompt_ids: Sequence[int], output_ids: Sequence[int]) -> list[float]:
-    """The output logprobs the scripted backend returns for ``output_ids`` after ``prompt_ids``."""
-    key = prompt_key(prompt_ids)
-    return [scripted_logprob(key, position, tok) for position, tok in enumerate(output_ids)]
 
 
 def scripted_input_logprobs(prompt_ids: Sequence[int], start: int) -> list[float | None]:
