@@ -23,7 +23,7 @@ from strands_slime.devserver.backends.scripted import (
 )
 from strands_slime.devserver.cli import URL_LINE_PREFIX, serve_main
 from strands_slime.devserver.hooks import TestHooks
-from strands_slime.devserver.moved import MOVED, moved
+from strands_slime.devserver.moved import module_getattr
 from strands_slime.devserver.protocol import ProtocolError, SamplingParams
 
 _LAZY = {
@@ -49,13 +49,15 @@ __all__ = [
 ]
 
 
+_MOVED_HERE = ("Fault", "FaultProxy", "DevServerProcess", "DevServerThread")
+_moved_here = module_getattr(__name__, *_MOVED_HERE, "full_forward_logprobs", "scripted_output_logprobs")
+
+
 def __getattr__(name: str) -> Any:
-    if name in MOVED and name not in ("inject_fault", "set_fault_mix", "clear_faults"):
-        return moved(f"strands_slime.devserver.{name}", name)
     if name in _LAZY:
         import importlib
 
         value = getattr(importlib.import_module(_LAZY[name]), name)
         globals()[name] = value
         return value
-    raise AttributeError(f"module 'strands_slime.devserver' has no attribute {name!r}")
+    return _moved_here(name)
