@@ -28,7 +28,7 @@ class HookPlugin(Protocol):
     async def around(
         self, request: web.Request, entry: LoggedRequest, answer: Callable[[], Awaitable[Reply]]
     ) -> Reply | web.StreamResponse:
-        """Answer ``request``; ``entry`` is its log entry."""
+        """Answer ``request``; ``entry`` is its log entry (``entry.notes`` show in the log)."""
 
     def routes(self) -> list[web.RouteDef]:
         """The plugin's ``/dev/`` routes."""
