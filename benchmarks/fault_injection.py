@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import json
 import logging
 import random
 import sys
@@ -95,7 +96,11 @@ class Fault(BaseModel):
         default = (
             "The request queue is full." if self.status == 503 else f"Injected fault (HTTP {self.status})."
         )
-        return ProtocolError.for_status(self.status, self.message or default)
+        message = self.message or default
+        # SGLang answers a ValueError with 400, an HTTPException with its own status
+        return (
+            ProtocolError.value(message) if self.status == 400 else ProtocolError.http(message, self.status)
+        )
 
 
 def _describe(error: Any) -> str:
@@ -232,7 +237,7 @@ class FaultHooks:
         fault = self.queue.take()
         if fault is None:
             return await answer()
-        entry.fault = fault.label()
+        entry.notes["fault"] = fault.label()
         try:
             await apply_fault(request, fault)
             status, body = await answer()
@@ -275,6 +280,26 @@ class FaultHooks:
         except ValueError as exc:
             return json_reply(ProtocolError.value(f"bad fault mix: {exc}").body, 400)
         return json_reply(self.queue.mix.describe())
+
+
+class ReplyRecorder:
+    """A :class:`TestHooks` plugin that notes each ``/generate`` reply in the log (``"reply"``) as the
+    server sent it (innermost: after the faults, so a request a fault stopped has none)."""
+
+    async def around(
+        self, request: web.Request, entry: LoggedRequest, answer: Callable[[], Awaitable[tuple[int, bytes]]]
+    ) -> tuple[int, bytes]:
+        """Answer, and note the reply (its JSON, else its text)."""
+        status, body = await answer()
+        try:
+            entry.notes["reply"] = json.loads(body)
+        except ValueError:
+            entry.notes["reply"] = body.decode(errors="replace")
+        return status, body
+
+    def routes(self) -> list[web.RouteDef]:
+        """None."""
+        return []
 
 
 def _hooks(target: Any) -> TestHooks:
@@ -362,7 +387,9 @@ class FaultProxy:
         self.upstream = upstream.rstrip("/")
         self.host = host
         self.port = port
-        self.hooks = with_faults(TestHooks(request_log_size, record_replies=record_replies))
+        self.hooks = with_faults(TestHooks(request_log_size))
+        if record_replies:
+            self.hooks.plugins.append(ReplyRecorder())
         self.url = ""
         self._runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None

@@ -163,19 +163,32 @@ async def test_inject_fault_validates(server):
 
 async def test_the_old_names_warn_and_name_the_new_place() -> None:
     import strands_slime.devserver as devserver
-    from benchmarks import devserver_runners, fault_injection
+    from benchmarks import devserver_reference, devserver_runners, fault_injection
 
     for name, module in (
         ("Fault", fault_injection),
         ("FaultProxy", fault_injection),
         ("DevServerProcess", devserver_runners),
         ("DevServerThread", devserver_runners),
+        ("full_forward_logprobs", devserver_reference),
+        ("scripted_output_logprobs", devserver_reference),
     ):
         with pytest.warns(DeprecationWarning, match=r"moved out of the package to benchmarks/\w+\.py"):
             assert getattr(devserver, name) is getattr(module, name)
     with pytest.warns(DeprecationWarning, match="benchmarks/fault_injection.py"):
         from strands_slime.devserver.proxy import FaultProxy
     assert FaultProxy is fault_injection.FaultProxy
+    with pytest.warns(DeprecationWarning, match=r"devserver\.faults\.inject_fault moved .*fault_injection"):
+        from strands_slime.devserver.faults import inject_fault as old_inject_fault
+    assert old_inject_fault is fault_injection.inject_fault
+    with pytest.warns(DeprecationWarning, match="benchmarks/devserver_runners.py"):
+        from strands_slime.devserver.runners import DevServerThread
+    assert DevServerThread is devserver_runners.DevServerThread
+    with pytest.warns(DeprecationWarning, match="benchmarks/devserver_reference.py"):
+        from strands_slime.devserver.backends.scripted import scripted_output_logprobs
+    assert scripted_output_logprobs is devserver_reference.scripted_output_logprobs
+    with pytest.raises(ImportError, match="cannot import name 'Nothing'"):
+        from strands_slime.devserver.runners import Nothing  # noqa: F401
     async with DevServer("scripted", script=SCRIPT) as server:
         with pytest.warns(
             DeprecationWarning, match=r"DevServer.inject_fault moved .*fault_injection\.inject_fault"

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 import torch
 
+from benchmarks.devserver_reference import full_forward_logprobs
 from benchmarks.devserver_runners import DevServerThread
-from strands_slime.devserver import DevServer, build_tiny_qwen3, full_forward_logprobs
+from strands_slime.devserver import DevServer, build_tiny_qwen3
 from strands_slime.provider.client import SGLangClient
 
 pytestmark = pytest.mark.slow
@@ -253,3 +254,13 @@ async def test_long_generation_logprobs_equal_a_full_forward_pass(client, model)
     assert_close(first.output_logprobs, full_forward_logprobs(model, prompt + first.output_ids)[1023:])
     full = full_forward_logprobs(model, turn2 + second.output_ids)
     assert_close(second.output_logprobs, full[len(turn2) - 1 :])
+
+
+def test_full_forward_logprobs_old_module_path_warns_and_works():
+    import benchmarks.devserver_reference as reference
+
+    with pytest.warns(
+        DeprecationWarning, match=r"backends\.hf\.full_forward_logprobs moved .*devserver_reference"
+    ):
+        from strands_slime.devserver.backends.hf import full_forward_logprobs as old
+    assert old is reference.full_forward_logprobs

@@ -13,7 +13,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from strands_slime.devserver import DevServer, scripted_output_logprobs
+from benchmarks.devserver_reference import scripted_output_logprobs
+from strands_slime.devserver import DevServer
 from strands_slime.provider.client import (
     SGLangBadRequestError,
     SGLangClient,
@@ -996,13 +997,12 @@ def test_request_log_bounds_bytes_and_keeps_raw_bodies():
 
     log = RequestLog(max_entries=100, max_bytes=60)
     for i in range(4):
-        log.set_body(log.add({"n": str(i)}), json.dumps({"input_ids": [i] * 5}).encode())  # 30 bytes each
+        log.add({"n": str(i)}, json.dumps({"input_ids": [i] * 5}).encode())  # 30 bytes each
     assert [entry["headers"]["n"] for entry in log.entries()] == ["2", "3"]
-    unparsable = log.add({})
-    log.set_body(unparsable, b"{oops")
+    log.add({"Authorization": "Bearer secret"}, b"{oops")
     assert {k: v for k, v in log.entries()[-1].items() if k != "time"} == {
         "json": None,
-        "headers": {},
+        "headers": {"Authorization": "<redacted>"},
         "status": None,
     }
     assert log.clear() == 2 and log.entries() == []

@@ -10,14 +10,8 @@ from typing import Any
 import pytest
 from helpers import noncanonical_reply
 
-from strands_slime.devserver import (
-    DevServer,
-    Script,
-    ScriptError,
-    scripted_input_logprobs,
-    scripted_logprob,
-    scripted_output_logprobs,
-)
+from benchmarks.devserver_reference import scripted_output_logprobs
+from strands_slime.devserver import DevServer, Script, ScriptError, scripted_input_logprobs, scripted_logprob
 from strands_slime.provider.client import SGLangBadRequestError, SGLangClient
 
 pytestmark = pytest.mark.unit

@@ -16,8 +16,9 @@ from strands.hooks import AfterModelCallEvent
 from strands.types.exceptions import MaxTokensReachedException
 from waiting import wait_until
 
+from benchmarks.devserver_reference import scripted_output_logprobs
 from benchmarks.fault_injection import inject_fault
-from strands_slime.devserver import DevServer, scripted_output_logprobs
+from strands_slime.devserver import DevServer
 from strands_slime.errors import (
     ContextLimitExceeded,
     GenerationAborted,

@@ -9,7 +9,8 @@ from strands import Agent
 from strands.agent.conversation_manager import NullConversationManager
 from strands.types.exceptions import MaxTokensReachedException
 
-from strands_slime.devserver import DevServer, build_tiny_qwen3, full_forward_logprobs
+from benchmarks.devserver_reference import full_forward_logprobs
+from strands_slime.devserver import DevServer, build_tiny_qwen3
 from strands_slime.provider.model import SGLangModel
 
 pytestmark = pytest.mark.slow

@@ -14,9 +14,10 @@ import pytest
 from helpers import SUMMARY, counting_script
 from threaded_app import devserver_in_thread
 
+from benchmarks.devserver_reference import scripted_output_logprobs
 from strands_slime import generate
 from strands_slime.cli import RolloutOptions, slime_args
-from strands_slime.devserver import DevServer, scripted_output_logprobs
+from strands_slime.devserver import DevServer
 from strands_slime.provider.tokenizer import load_tokenizer
 from strands_slime.provider.trajectory import mask_runs
 from strands_slime.rollout.offline import sampling_params

@@ -22,7 +22,8 @@ from strands.types.exceptions import ContextWindowOverflowException, MaxTokensRe
 from strands_agents import as_lists, execute_python_code, make_agent, quick_client
 from threaded_app import devserver_in_thread
 
-from strands_slime.devserver import DevServer, scripted_output_logprobs
+from benchmarks.devserver_reference import scripted_output_logprobs
+from strands_slime.devserver import DevServer
 from strands_slime.errors import (
     ContextLimitExceeded,
     ModelInUseError,

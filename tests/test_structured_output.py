@@ -21,7 +21,8 @@ from strands import Agent, tool
 from strands.agent.conversation_manager import NullConversationManager
 from strands.types.exceptions import MaxTokensReachedException
 
-from strands_slime.devserver import DevServer, scripted_output_logprobs
+from benchmarks.devserver_reference import scripted_output_logprobs
+from strands_slime.devserver import DevServer
 from strands_slime.provider.client import SGLangBadRequestError, SGLangClient
 from strands_slime.provider.constraints import (
     ConstraintError,

@@ -15,8 +15,9 @@ from pydantic import BaseModel, Field
 from strands import Agent, tool
 from strands.agent.conversation_manager import NullConversationManager
 
+from benchmarks.devserver_reference import full_forward_logprobs
 from benchmarks.devserver_runners import DevServerThread
-from strands_slime.devserver import build_tiny_qwen3, full_forward_logprobs
+from strands_slime.devserver import build_tiny_qwen3
 from strands_slime.provider.client import SGLangBadRequestError, SGLangClient
 from strands_slime.provider.model import SGLangModel
 

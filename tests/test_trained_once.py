@@ -36,7 +36,8 @@ from strands.hooks import BeforeModelCallEvent, BeforeToolCallEvent
 from strands_agents import make_agent
 from threaded_app import devserver_in_thread
 
-from strands_slime.devserver import DevServer, scripted_output_logprobs
+from benchmarks.devserver_reference import scripted_output_logprobs
+from strands_slime.devserver import DevServer
 from strands_slime.provider.client import SGLangClient
 from strands_slime.provider.model import SGLangModel
 from strands_slime.provider.trajectory import TokenTrajectory, mask_runs

@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import inspect
 import logging
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from strands_slime.usage import EXIT_USAGE, ArgumentParser, usage_error
@@ -20,46 +21,20 @@ URL_LINE_PREFIX = "DEVSERVER_URL="
 """The line on stdout that carries the bound URL: ``DEVSERVER_URL=http://127.0.0.1:PORT``."""
 
 
-SERVER_OPTIONS = (
-    "host",
-    "port",
-    "script",
-    "model",
-    "tokenizer",
-    "context_length",
-    "max_running_requests",
-    "max_total_tokens",
-    "weight_version",
-    "latency",
-    "token_latency",
-    "seed",
-    "request_log_size",
-    "speculative_algorithm",
-    "speculative_num_draft_tokens",
-    "constrained_json_disable_any_whitespace",
-)
-"""The options passed to :class:`DevServer` as they are (``--routed-experts`` becomes a tuple)."""
+def _at_least(low: int, number: Callable[[str], Any] = int) -> Callable[[str], Any]:
+    """An argparse type: ``number(text)``, refused below ``low`` (argparse names it ``int``/``float``)."""
+
+    def parse(text: str) -> Any:
+        value = number(text)
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}, got {text}")
+        return value
+
+    parse.__name__ = getattr(number, "__name__", "number")
+    return parse
 
 
-def _non_negative_float(text: str) -> float:
-    value = float(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-    return value
+_positive_int, _non_negative_int, _non_negative_float = _at_least(1), _at_least(0), _at_least(0, float)
 
 
 def build_parser(prog: str = "python -m strands_slime.devserver") -> argparse.ArgumentParser:
@@ -125,7 +100,8 @@ def server_from_args(args: argparse.Namespace) -> DevServer:
     """The :class:`DevServer` the parsed command line describes (not started)."""
     from strands_slime.devserver.app import DevServer
 
-    options = {name: getattr(args, name) for name in SERVER_OPTIONS}
+    accepted = set(inspect.signature(DevServer).parameters) - {"backend", "routed_experts"}
+    options = {name: value for name, value in vars(args).items() if name in accepted}
     routed = args.routed_experts
     return DevServer(args.backend, routed_experts=tuple(routed) if routed else None, **options)
 

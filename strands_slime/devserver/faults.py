@@ -1,11 +1,5 @@
 """Deprecated: fault injection moved to ``benchmarks/fault_injection.py`` (not part of the package)."""
 
-from typing import Any
+from strands_slime.devserver.moved import module_getattr
 
-from strands_slime.devserver.moved import moved
-
-
-def __getattr__(name: str) -> Any:
-    if name in ("Fault", "inject_fault", "set_fault_mix", "clear_faults"):
-        return moved(f"strands_slime.devserver.faults.{name}", name)
-    raise AttributeError(f"module 'strands_slime.devserver.faults' has no attribute {name!r}")
+__getattr__ = module_getattr(__name__, "Fault", "inject_fault", "set_fault_mix", "clear_faults")

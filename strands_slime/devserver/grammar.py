@@ -28,13 +28,9 @@ if TYPE_CHECKING:
 COMPILED_CACHE_SIZE = 256
 """Compiled grammars kept (LRU); SGLang keeps a similar per-server cache."""
 
-GRAMMAR_KEY_TYPES = {
-    "json_schema": "json",
-    "regex": "regex",
-    "ebnf": "ebnf",
-    "structural_tag": "structural_tag",
-}
-"""Sampling-param name to SGLang's grammar key type (used in its error messages)."""
+GRAMMAR_KEY_TYPES = {"json_schema": "json", "regex": "regex", "ebnf": "ebnf"}
+"""Sampling-param name to SGLang's grammar key type (used in its error messages); ``structural_tag``
+is refused before (``SamplingParams.verify``)."""
 
 
 def requested_grammar(params: SamplingParams) -> tuple[str, str] | None:
@@ -114,9 +110,7 @@ class GrammarEngine:
             return compiler.compile_json_schema(text, any_whitespace=self.json_any_whitespace)
         if key_type == "regex":
             return compiler.compile_regex(text)
-        if key_type == "ebnf":
-            return compiler.compile_grammar(text)
-        raise ValueError("The dev server does not implement structural_tag; use a real SGLang server.")
+        return compiler.compile_grammar(text)  # ebnf
 
     async def compile(self, key_type: str, text: str) -> Any:
         """The compiled grammar, or a 400 with SGLang's "Failed to compile ..." message."""

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from aiohttp import web
 
 from strands_slime.devserver.protocol import ProtocolError
-from strands_slime.devserver.request_log import LoggedRequest, RequestLog, redacted_headers
+from strands_slime.devserver.request_log import LoggedRequest, RequestLog
 
 Reply = tuple[int, bytes]
 """An HTTP status and a JSON body."""
@@ -28,7 +28,7 @@ class HookPlugin(Protocol):
     async def around(
         self, request: web.Request, entry: LoggedRequest, answer: Callable[[], Awaitable[Reply]]
     ) -> Reply | web.StreamResponse:
-        """Answer ``request``; ``entry`` is its log entry."""
+        """Answer ``request``; ``entry`` is its log entry (``entry.notes`` show in the log)."""
 
     def routes(self) -> list[web.RouteDef]:
         """The plugin's ``/dev/`` routes."""
@@ -80,18 +80,14 @@ async def json_body(request: web.Request) -> Any:
 
 
 class TestHooks:
-    """The request log and the plugins around one ``/generate`` producer.
-
-    ``record_replies`` also keeps each reply's body in the log (``"reply"``): what a proxy saw the
-    server answer, for tests that compare a client's view with the server's."""
+    """The request log and the plugins around one ``/generate`` producer."""
 
     __test__ = False  # not a pytest class
 
-    def __init__(self, request_log_size: int = 10_000, *, record_replies: bool = False) -> None:
+    def __init__(self, request_log_size: int = 10_000) -> None:
         if request_log_size < 1:
             raise ValueError(f"request_log_size must be >= 1, got {request_log_size}")
         self.log = RequestLog(request_log_size)
-        self.record_replies = record_replies
         self.plugins: list[HookPlugin] = []
 
     @property
@@ -107,18 +103,14 @@ class TestHooks:
         self, request: web.Request, produce: Callable[[bytes], Awaitable[Reply]]
     ) -> web.StreamResponse:
         """Log the request and answer with ``produce(raw_body)``, through the plugins."""
-        entry = self.log.add(redacted_headers(request))
-        raw = await request.read()
-        self.log.set_body(entry, raw)
+        entry = self.log.add(request.headers, await request.read())
 
         async def answer() -> Reply:
             try:
-                status, body = await produce(raw)
+                status, body = await produce(entry.raw)
             except ProtocolError as exc:
                 status, body = exc.status, dumps(exc.body).encode()
             entry.status = status
-            if self.record_replies:
-                entry.reply = body
             return status, body
 
         for plugin in reversed(self.plugins):

@@ -36,7 +36,6 @@ class PrefixCache:
         self._index: dict[int, list[int]] = {}
         self._ids = itertools.count()
         self.total_tokens = 0
-        self.lookups = 0
         self.hit_tokens = 0
         self.queried_tokens = 0
 
@@ -60,7 +59,6 @@ class PrefixCache:
         ``record=False`` the lookup neither counts in the hit statistics nor refreshes the LRU order.
         """
         if record:
-            self.lookups += 1
             self.queried_tokens += len(tokens)
         limit = min(len(tokens), max_len)
         if limit <= 0 or not self._entries:

@@ -52,11 +52,6 @@ class ProtocolError(Exception):
         body = {"object": "error", "message": message, "type": str(status), "param": None, "code": status}
         return cls(status, body, message)
 
-    @classmethod
-    def for_status(cls, status: int, message: str) -> ProtocolError:
-        """The body SGLang uses for ``status``: a ``ValueError`` body for 400, else an ``HTTPException``."""
-        return cls.value(message, status) if status == 400 else cls.http(message, status)
-
 
 def _invalid(message: str) -> ProtocolError:
     return ProtocolError.value(message)

@@ -7,6 +7,7 @@ so backends and engine depend on it and never on each other.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -71,6 +72,11 @@ class MoEShape:
         return cls(layers, topk, experts)
 
 
+WARMUP: dict[str, Any] = {"max_new_tokens": 0, "return_logprob": False, "logprob_start_len": -1}
+WARMUP |= {"top_logprobs_num": 0, "token_ids_logprob": None, "routed_experts": None}
+"""What SGLang's hidden prefill-only request of an ``n > 1`` request changes: it samples nothing."""
+
+
 @dataclass(eq=False)
 class GenerationRequest:
     """One prompt being served (an ``n > 1`` request becomes several of these)."""
@@ -94,16 +100,17 @@ class GenerationRequest:
     grammar: Any = None
     """The compiled ``json_schema``/``regex``/``ebnf`` constraint (devserver/grammar.py), if any."""
 
-    status: str = "new"  # new -> queued -> running -> finished
-    abort_requested: bool = False
-    output_ids: list[int] = field(default_factory=list)
-    output_logprobs: list[float] = field(default_factory=list)
-    output_top_logprobs: list[LogprobPairs | None] = field(default_factory=list)
-    output_token_ids_logprobs: list[LogprobPairs | None] = field(default_factory=list)
-    output_top_p_ids: list[list[int]] = field(default_factory=list)
-    prefill: PrefillResult | None = None
-    finish_reason: dict[str, Any] | None = None
-    future: asyncio.Future[dict[str, Any]] | None = None
+    # What running the request fills in (not copied by sample_copy)
+    status: str = field(default="new", init=False)  # new -> queued -> running -> finished
+    abort_requested: bool = field(default=False, init=False)
+    output_ids: list[int] = field(default_factory=list, init=False)
+    output_logprobs: list[float] = field(default_factory=list, init=False)
+    output_top_logprobs: list[LogprobPairs | None] = field(default_factory=list, init=False)
+    output_token_ids_logprobs: list[LogprobPairs | None] = field(default_factory=list, init=False)
+    output_top_p_ids: list[list[int]] = field(default_factory=list, init=False)
+    prefill: PrefillResult | None = field(default=None, init=False)
+    finish_reason: dict[str, Any] | None = field(default=None, init=False)
+    future: asyncio.Future[dict[str, Any]] | None = field(default=None, init=False)
 
     @property
     def prompt_tokens(self) -> int:
@@ -130,22 +137,4 @@ class GenerationRequest:
     def sample_copy(self, *, seed: int, warmup: bool = False) -> GenerationRequest:
         """A fresh request for one of ``n > 1`` samples, with a new uuid rid (so aborting the
         caller's rid misses it, as in SGLang); ``warmup`` is SGLang's hidden prefill-only request."""
-        return GenerationRequest(
-            rid=new_rid(),
-            input_ids=self.input_ids,
-            params=self.params,
-            max_new_tokens=0 if warmup else self.max_new_tokens,
-            stop_token_ids=self.stop_token_ids,
-            return_logprob=False if warmup else self.return_logprob,
-            logprob_start_len=-1 if warmup else self.logprob_start_len,
-            top_logprobs_num=0 if warmup else self.top_logprobs_num,
-            token_ids_logprob=None if warmup else self.token_ids_logprob,
-            seed=seed,
-            received_at=self.received_at,
-            backend_state=self.backend_state,
-            return_top_p_token_ids=self.return_top_p_token_ids,
-            routed_experts=None if warmup else self.routed_experts,
-            routed_experts_start_len=self.routed_experts_start_len,
-            speculative=self.speculative,
-            grammar=self.grammar,
-        )
+        return dataclasses.replace(self, rid=new_rid(), seed=seed, **(WARMUP if warmup else {}))

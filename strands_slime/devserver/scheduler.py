@@ -41,8 +41,6 @@ class Scheduler:
     ) -> None:
         if max_running_requests < 1:
             raise ValueError(f"max_running_requests must be >= 1, got {max_running_requests}")
-        if latency < 0 or token_latency < 0:
-            raise ValueError("latency and token_latency must be >= 0")
         self.backend = backend
         self.renderer = OutputRenderer(backend.tokens)
         self.max_running_requests = max_running_requests

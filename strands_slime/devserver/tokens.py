@@ -155,22 +155,9 @@ class TokenizerWorker:
         """Token ids of ``text``, computed on the tokenizer thread."""
         return await self.run(self.encode_sync, text, add_special_tokens=add_special_tokens)
 
-    async def decode(
-        self,
-        ids: Sequence[int],
-        *,
-        skip_special_tokens: bool = False,
-        spaces_between_special_tokens: bool = True,
-    ) -> str:
-        """Text of ``ids``, decoded on the tokenizer thread."""
-        if not ids:
-            return ""
-        return await self.run(
-            self.decode_sync,
-            ids,
-            skip_special_tokens=skip_special_tokens,
-            spaces_between_special_tokens=spaces_between_special_tokens,
-        )
+    async def decode(self, ids: Sequence[int]) -> str:
+        """Text of ``ids`` with special tokens, decoded on the tokenizer thread."""
+        return await self.run(self.decode_sync, ids)
 
     def close(self) -> None:
         """Stop the tokenizer thread."""

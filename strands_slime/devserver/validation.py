@@ -7,7 +7,7 @@ the vocabulary or the context limits can tell.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from strands_slime.devserver.protocol import ContextLimits, ParsedGenerate, ProtocolError, new_rid
 from strands_slime.devserver.request import GenerationRequest, MoEShape
@@ -25,11 +25,6 @@ CUSTOM_LOGIT_PROCESSOR_DISABLED = (
     "The server is not configured to enable custom logit processor. "
     "Please set `--enable-custom-logit-processor` to enable this feature."
 )
-
-
-def wants_top_p_replay(custom_params: Any) -> bool:
-    """slime asks for the top-p nucleus of every sampled token with this custom param."""
-    return isinstance(custom_params, dict) and bool(custom_params.get("return_top_p_token_ids"))
 
 
 async def build_generation_request(
@@ -88,6 +83,7 @@ async def build_generation_request(
         raise ProtocolError.value(
             f"routed_experts_start_len={parsed.routed_experts_start_len} must be at least 0."
         )
+    custom = params.custom_params
     stop_ids = frozenset() if params.ignore_eos else backend.eos_token_ids | frozenset(params.stop_token_ids)
     request = GenerationRequest(
         rid=parsed.rid or new_rid(),
@@ -100,7 +96,8 @@ async def build_generation_request(
         top_logprobs_num=parsed.top_logprobs_num,
         token_ids_logprob=parsed.token_ids_logprob,
         seed=seed,
-        return_top_p_token_ids=wants_top_p_replay(params.custom_params),
+        # slime's patched SGLang (no stock release) returns each token's top-p nucleus when asked so
+        return_top_p_token_ids=isinstance(custom, dict) and bool(custom.get("return_top_p_token_ids")),
         routed_experts=moe if parsed.return_routed_experts else None,
         routed_experts_start_len=parsed.routed_experts_start_len,
         speculative=speculative,

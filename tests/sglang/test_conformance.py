@@ -24,8 +24,8 @@ import pytest
 from corpus import CASES, CONTEXT, Case
 from sglang_server import MAX_TOTAL_TOKENS, REPO_ROOT, SGLangServer
 
+from benchmarks.devserver_reference import full_forward_logprobs
 from benchmarks.devserver_runners import DevServerThread
-from strands_slime.devserver import full_forward_logprobs
 
 pytestmark = pytest.mark.sglang
 

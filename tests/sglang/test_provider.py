@@ -20,8 +20,8 @@ from strands.agent.conversation_manager import NullConversationManager
 from strands.types.exceptions import MaxTokensReachedException
 from test_structured_output_hf import Verdict, rate  # a model and a tool with enum and int fields
 
+from benchmarks.devserver_reference import full_forward_logprobs
 from benchmarks.fault_injection import FaultProxy
-from strands_slime.devserver import full_forward_logprobs
 from strands_slime.provider.client import SGLangClient
 from strands_slime.provider.model import SGLangModel
 

@@ -24,8 +24,8 @@ from test_slime_integration import check_sample, data_source, flatten, rollout
 from test_slime_integration import slime as slime  # autouse: slime's real code, fresh state per test
 from waiting import wait_until
 
+from benchmarks.devserver_reference import full_forward_logprobs
 from benchmarks.fault_injection import FaultProxy
-from strands_slime.devserver import full_forward_logprobs
 from strands_slime.rollout.resume import STATE_KEY
 
 pytestmark = pytest.mark.sglang

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from strands_slime.devserver.request import GenerationRequest, PrefillResult, TokenStep
 
 if TYPE_CHECKING:
+    from strands_slime.devserver.prefix_cache import PrefixCache
     from strands_slime.devserver.tokens import TokenizerWorker
 
 
@@ -47,6 +48,7 @@ class Backend(abc.ABC):
     default_max_running_requests: int
     json_any_whitespace: bool = True
     """False under ``--constrained-json-disable-any-whitespace``."""
+    prefix_cache: PrefixCache | None = None
 
     async def start(self) -> None:  # noqa: B027 - optional hook
         """Called once on the server's loop before the first request."""
@@ -54,11 +56,9 @@ class Backend(abc.ABC):
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Release threads and memory."""
 
-    async def prepare(self, request: GenerationRequest) -> None:  # noqa: B027 - optional hook
-        """Validate backend-specific preconditions before queueing (raise ProtocolError to refuse)."""
-
-    async def compile_grammar(self, request: GenerationRequest) -> None:
-        """Compile the request's ``json_schema``/``regex``/``ebnf`` into ``request.grammar`` (400 if invalid)."""
+    async def prepare(self, request: GenerationRequest) -> None:
+        """Accept a request before it queues (raise ProtocolError to refuse): compile its
+        ``json_schema``/``regex``/``ebnf`` into ``request.grammar`` (a 400 if invalid)."""
         from strands_slime.devserver.grammar import GrammarEngine, requested_grammar
 
         wanted = requested_grammar(request.params)
@@ -80,9 +80,11 @@ class Backend(abc.ABC):
     def model_info(self) -> dict[str, Any]:
         """Backend-specific fields of ``/model_info`` (model_path, model_type, architectures, ...)."""
 
-    def flush_cache(self) -> None:  # noqa: B027 - optional hook
+    def flush_cache(self) -> None:
         """Drop every cached prefix (``POST /flush_cache``)."""
+        if self.prefix_cache is not None:
+            self.prefix_cache.clear()
 
     def cache_stats(self) -> dict[str, Any]:
-        """Prefix-cache counters for ``/server_info`` and ``/v1/loads``."""
-        return {}
+        """Prefix-cache counters for ``/server_info``."""
+        return {} if self.prefix_cache is None else self.prefix_cache.stats()

@@ -8,7 +8,7 @@ finished sequences keep their KV in an LRU prefix cache that later prompts reuse
 
 Logprobs follow SGLang's default: log-softmax of the logits divided by the temperature (after
 penalties and ``logit_bias``, before top-k/top-p/min-p), raw log-softmax for greedy requests; at
-temperature 1 they equal :func:`full_forward_logprobs`. A ``json_schema``/``regex``/``ebnf``
+temperature 1 they equal one full forward pass's (``benchmarks/devserver_reference.py``). A ``json_schema``/``regex``/``ebnf``
 constraint masks forbidden tokens to -inf before both (devserver/grammar.py).
 """
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import torch
 
 from strands_slime.devserver.backends.base import Backend, Generation
+from strands_slime.devserver.moved import module_getattr
 from strands_slime.devserver.prefix_cache import PrefixCache
 from strands_slime.devserver.request import GenerationRequest, PrefillResult, TokenStep
 
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from strands_slime.devserver.tokens import TokenizerWorker
 
 logger = logging.getLogger(__name__)
+__getattr__ = module_getattr(__name__, "full_forward_logprobs")
 
 T = TypeVar("T")
 
@@ -68,29 +70,6 @@ def build_tiny_qwen3(seed: int = 0) -> PreTrainedModel:
         torch.manual_seed(seed)
         model = Qwen3ForCausalLM(config)
     return model.to(torch.float32).eval()
-
-
-def full_forward_logprobs(
-    model: PreTrainedModel, token_ids: Sequence[int], *, chunk: int = 256
-) -> list[float]:
-    """Logprob of ``token_ids[i]`` given ``token_ids[:i]`` for i >= 1, from one full forward pass.
-
-    The LM head runs in chunks of positions so memory stays bounded on long sequences.
-    """
-    if len(token_ids) < 2:
-        return []
-    with torch.inference_mode():
-        ids = torch.tensor([list(token_ids)], dtype=torch.long)
-        hidden = model.base_model(input_ids=ids, use_cache=False).last_hidden_state[0]
-        head = model.get_output_embeddings()
-        targets = ids[0, 1:]
-        values: list[float] = []
-        for start in range(0, len(token_ids) - 1, chunk):
-            stop = min(len(token_ids) - 1, start + chunk)
-            logits = head(hidden[start:stop]).float()
-            picked = logits.gather(1, targets[start:stop, None])[:, 0]
-            values.extend((picked - torch.logsumexp(logits, dim=-1)).tolist())
-    return values
 
 
 def _kv_bytes_per_token(config: Any) -> int:
@@ -195,10 +174,6 @@ class HFBackend(Backend):
         data = [(keys[:, :, :length], values[:, :, :length]) for keys, values in payload]
         return DynamicCache(ddp_cache_data=data, config=self.config)
 
-    async def prepare(self, request: GenerationRequest) -> None:
-        """Compile the request's grammar, if any (a 400 when it does not compile)."""
-        await self.compile_grammar(request)
-
     def open(self, request: GenerationRequest) -> Generation:
         """Start generating for an admitted request."""
         return _HFGeneration(self, request)
@@ -216,10 +191,6 @@ class HFBackend(Backend):
     def flush_cache(self) -> None:
         """Drop every cached prefix (on the model thread, which owns the cache)."""
         self._executor.submit(self.prefix_cache.clear)  # the cache belongs to the model thread
-
-    def cache_stats(self) -> dict[str, Any]:
-        """The prefix cache's counters."""
-        return self.prefix_cache.stats()
 
     async def close(self) -> None:
         """Stop the model thread."""

@@ -26,6 +26,7 @@ from pydantic import (
 )
 
 from strands_slime.devserver.backends.base import Backend, Generation
+from strands_slime.devserver.moved import module_getattr
 from strands_slime.devserver.prefix_cache import PrefixCache
 from strands_slime.devserver.protocol import ProtocolError
 from strands_slime.devserver.request import GenerationRequest, PrefillResult, TokenStep
@@ -39,6 +40,7 @@ DEFAULT_PREFIX_CACHE_TOKENS = 2_000_000
 _MASK64 = (1 << 64) - 1
 MAX_CONTINUATIONS = 4096
 """Cut-short replies remembered for continuation (oldest forgotten first)."""
+__getattr__ = module_getattr(__name__, "scripted_output_logprobs")
 
 
 class ScriptError(ValueError):
@@ -157,12 +159,6 @@ def scripted_logprob(key: int, position: int, token_id: int) -> float:
     return -(0.7 + 7.3 * ((x >> 11) / float(1 << 53)))
 
 
-def scripted_output_logprobs(prompt_ids: Sequence[int], output_ids: Sequence[int]) -> list[float]:
-    """The output logprobs the scripted backend returns for ``output_ids`` after ``prompt_ids``."""
-    key = prompt_key(prompt_ids)
-    return [scripted_logprob(key, position, tok) for position, tok in enumerate(output_ids)]
-
-
 def scripted_input_logprobs(prompt_ids: Sequence[int], start: int) -> list[float | None]:
     """The prompt logprobs for ``prompt_ids[start:]`` (first entry None, like SGLang)."""
     values: list[float | None] = []
@@ -244,7 +240,7 @@ class ScriptedBackend(Backend):
                 "The scripted backend has no distribution for top_logprobs_num or token_ids_logprob; "
                 "use the hf backend."
             )
-        await self.compile_grammar(request)
+        await super().prepare(request)  # the grammar
         continuation = self._continuations.pop(prompt_key(request.input_ids), None)
         if continuation is not None:
             request.backend_state = continuation
@@ -269,8 +265,8 @@ class ScriptedBackend(Backend):
         if index is None:
             return
         key_type = (requested_grammar(request.params) or ("grammar", ""))[0]
-        before = await self.tokens.decode(list(reply[:index]), skip_special_tokens=False)
-        piece = await self.tokens.decode([reply[index]], skip_special_tokens=False)
+        before = await self.tokens.decode(list(reply[:index]))
+        piece = await self.tokens.decode([reply[index]])
         raise ProtocolError.value(
             f"scripted backend: the reply violates the request's {key_type} constraint at token {index} "
             f"({piece!r} after {before[-80:]!r})"
@@ -289,7 +285,7 @@ class ScriptedBackend(Backend):
                 suffix = await self.tokens.decode(ids[known:]) if known < len(ids) else ""
                 if not suffix.startswith("\ufffd"):
                     return prefix_text + suffix
-        return await self.tokens.decode(ids, skip_special_tokens=False)
+        return await self.tokens.decode(ids)
 
     def open(self, request: GenerationRequest) -> Generation:
         """Start replaying the chosen reply for an admitted request."""
@@ -303,14 +299,6 @@ class ScriptedBackend(Backend):
             "model_type": None,
             "architectures": None,
         }
-
-    def flush_cache(self) -> None:
-        """Drop every cached prefix."""
-        self.prefix_cache.clear()
-
-    def cache_stats(self) -> dict[str, Any]:
-        """The prefix cache's counters."""
-        return self.prefix_cache.stats()
 
 
 @dataclass(frozen=True, slots=True)
