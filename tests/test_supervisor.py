@@ -385,3 +385,21 @@ def test_with_save_interval_one_the_first_checkpoint_megatron_keeps_is_removed(
     status, state, _ = _run(sim, save_interval=1, remove_first_checkpoint=True)
     assert status == 0 and not (sim / "save" / "iter_0000000").exists()
     assert "remove-first-checkpoint" in _actions(state)
+
+
+@pytest.mark.slow  # several attempts, each a handful of `ray` processes
+def test_a_crash_loop_that_makes_no_progress_is_stopped(sim: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # every attempt fails before its first checkpoint: restarts left in the budget do not matter
+    _scenario(sim, monkeypatch, attempts=[[RUNNING, {"state": "FAILED", "message": "exit code 7"}]])
+    status, state, lines = _run(sim, max_restarts=10, max_restarts_without_progress=2)
+    assert status == 1 and state["status"] == "failed"
+    assert len(_verbs(sim, "job", "submit")) == 3, "the third failure in a row without progress stops"
+    assert state["stop_reason"].startswith("gave up: 3 failures in a row without a new checkpoint (latest: none)")
+    assert any(state["stop_reason"] in line for line in lines)
+
+
+def test_a_pilot_is_never_restarted(sim: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _scenario(sim, monkeypatch, attempts=[[RUNNING, {"state": "FAILED"}], [RUNNING, {"state": "SUCCEEDED"}]])
+    status, state, _ = _run(sim, pilot=True, max_restarts_without_progress=5)
+    assert status == 1 and len(_verbs(sim, "job", "submit")) == 1
+    assert "a pilot is not restarted" in state["stop_reason"]
