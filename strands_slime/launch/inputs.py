@@ -156,10 +156,13 @@ def _lines(path: str) -> int:
         return 0
 
 
-def check_inputs(settings: LaunchSettings, problems: Problems) -> EvalSettings:
-    """Every program, folder and file this node will read; the run's eval settings."""
+def check_inputs(
+    settings: LaunchSettings, problems: Problems, search_path: str | None = None
+) -> EvalSettings:
+    """Every program (on ``search_path``, the launch's PATH), folder and file this node will read; the
+    run's eval settings."""
     for command in ("ray", "python3", "setsid"):
-        if shutil.which(command) is None:
+        if shutil.which(command, path=search_path) is None:
             problems.add(f"command '{command}' not on PATH")
     hint = DOWNLOAD_HINT.format(data_dir=settings.data_dir)
     problems.require_dir("slime checkout (SLIME_DIR)", settings.slime_dir)

@@ -325,7 +325,7 @@ def build_plan(
         LaunchError: a check failed (a real run lists every missing input at once).
     """
     problems = Problems(settings.dry_run, note)
-    evaluation = check_inputs(settings, problems)
+    evaluation = check_inputs(settings, problems, environ.get("PATH"))
     wanted = pilot_settings(settings)
     cadence = save_cadence(settings, wanted)
     if cadence.why:
