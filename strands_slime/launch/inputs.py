@@ -265,8 +265,13 @@ def check_hf_checkpoint(check_script: Path, hf_checkpoint: str, model_args: Sequ
         LaunchError: it does not.
     """
     result = subprocess.run(
-        [sys.executable, str(check_script), hf_checkpoint, "--", *model_args], check=False, timeout=120
+        [sys.executable, str(check_script), hf_checkpoint, "--", *model_args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
     )
+    sys.stderr.write(result.stderr)
     if result.returncode != 0:
         raise LaunchError("HF_CHECKPOINT does not hold Qwen3-8B")
 

@@ -9,6 +9,8 @@ before it starts Ray, detaches and supervises (what stays in bash: processes, si
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import re
@@ -366,7 +368,7 @@ def build_plan(
         evaluation=evaluation,
         save_interval=cadence.interval,
         ray_version=version,
-        ray_auth=False,  # decided after the preflight, as the script runs them: see with_ray_auth
+        ray_auth=ray_auth_enabled(settings.ray_auth, version, note),
         train=train,
         ray_node=ray_node_command(settings),
         submit=["ray", "job", "submit", "--address", dashboard, "--submission-id", "JOB_ID", "--no-wait"],
@@ -571,15 +573,14 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
             note=log,
         )
         plan = build_plan(settings, environ, script=script, note=log)
-        if settings.dry_run:
-            # the preflight as notes (a dry run may happen away from the GPU box, and creates no folder)
-            _preflight_notes(plan, environ)
-        plan = _with_ray_auth(plan, log)
         detached = ["--foreground", *(["--", *extra] if extra else [])]
         if settings.dry_run:
+            # the preflight as notes (a dry run may happen away from the GPU box, and creates no folder)
+            _preflight_notes(plan)
             if settings.node_rank > 0:
+                head = f"{settings.master_addr}:{settings.ray_port}"
                 log(
-                    f"rank {settings.node_rank} of {settings.num_nodes} ({settings.node_ip}): joining the Ray head at {settings.master_addr}:{settings.ray_port} as a worker"
+                    f"rank {settings.node_rank} of {settings.num_nodes} ({settings.node_ip}): joining the Ray head at {head} as a worker"
                 )
             print(
                 "\n".join(dry_run_lines(plan, script=script, foreground=foreground, detached_args=detached)),
@@ -592,23 +593,12 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         return 1
 
 
-def _with_ray_auth(plan: LaunchPlan, note: Callable[[str], None]) -> LaunchPlan:
-    from dataclasses import replace
+def _preflight_notes(plan: LaunchPlan) -> None:
+    """This node's preflight in this process, its problems printed as notes (and its verdict dropped)."""
+    from strands_slime.launch import preflight
 
-    return replace(plan, ray_auth=ray_auth_enabled(plan.settings.ray_auth, plan.ray_version, note))
-
-
-def _preflight_notes(plan: LaunchPlan, environ: Mapping[str, str]) -> None:
-    s = plan.settings
-    python = shutil.which("python3", path=environ.get("PATH")) or sys.executable
-    env = {**environ, "PYTHONPATH": ":".join(p for p in (s.strands_slime_dir, s.pythonpath) if p)}
-    subprocess.run(
-        [python, "-m", "strands_slime.launch.preflight", *plan.preflight, "--notes-only"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        check=False,
-        timeout=300,
-    )
+    with contextlib.redirect_stdout(io.StringIO()):
+        preflight.main([*plan.preflight, "--notes-only"])
 
 
 def _hand_over(internal: Mapping[str, str], text: str) -> int:
