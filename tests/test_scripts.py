@@ -566,10 +566,10 @@ def test_ray_node_resources_label_every_node_for_the_rollout(tools: Path, tmp_pa
 @pytest.mark.slow  # 6 s
 def test_minimal_environment_is_set_u_safe(tools: Path, tmp_path: Path) -> None:
     # Only PATH/HOME: every variable the scripts read has a default (no "unbound variable").
-    for script in (TRAIN_SCRIPT, CONVERT_SCRIPT):
+    for script in (CONVERT_SCRIPT, TRAIN_SCRIPT):
         result = _run(script, _env(tools, tmp_path), "--dry-run")
         assert result.returncode == 0, result.stderr
-    # the script prints its plan's dry run, and ends there
+    # the training script prints its plan's dry run, and ends there
     assert _train_command(result.stdout) == _train_command(_dry_train(tools, tmp_path).stdout)
     assert _ray_calls(tmp_path) == []
     result = _run(TRAIN_SCRIPT, _env(tools, tmp_path), "--help")
