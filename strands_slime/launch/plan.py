@@ -154,91 +154,70 @@ def runtime_env(settings: LaunchSettings, environ: Mapping[str, str]) -> dict[st
     return {"env_vars": env_vars}
 
 
+def _options(options: Mapping[str, object]) -> list[str]:
+    """``--flag value`` pairs, in order."""
+    return [token for flag, value in options.items() for token in (flag, str(value))]
+
+
 def ray_node_command(settings: LaunchSettings) -> list[str]:
     """``ray start ... --block`` for this node. Ray's ports are pinned so a network rule can name them
     (docs/training.md, "Exposure"), derived from RAY_PORT so two clusters on a machine do not collide."""
     port = settings.ray_port
-    resources = ["--resources", settings.ray_node_resources] if settings.ray_node_resources else []
-    common = [
-        *(
-            "--temp-dir",
-            settings.ray_temp_dir,
-            "--num-gpus",
-            str(settings.gpus_per_node),
-            "--disable-usage-stats",
-        )
-    ]
+    resources = {"--resources": settings.ray_node_resources} if settings.ray_node_resources else {}
+    node = {"--temp-dir": settings.ray_temp_dir, "--num-gpus": settings.gpus_per_node}
     if settings.node_rank == 0:
         role = [
-            *("--head", "--node-ip-address", settings.node_ip, "--port", str(port), *common),
-            *("--ray-client-server-port", str(port + 7), *resources),
-            *(
-                "--dashboard-host",
-                settings.ray_dashboard_host,
-                "--dashboard-port",
-                str(settings.ray_dashboard_port),
+            *("--head", *_options({"--node-ip-address": settings.node_ip, "--port": port, **node})),
+            *("--disable-usage-stats", *_options({"--ray-client-server-port": port + 7, **resources})),
+            *_options(
+                {
+                    "--dashboard-host": settings.ray_dashboard_host,
+                    "--dashboard-port": settings.ray_dashboard_port,
+                }
             ),
         ]
     else:
-        role = [
-            *("--address", f"{settings.master_addr}:{port}", "--node-ip-address", settings.node_ip),
-            *common,
-            *resources,
-        ]
-    ports = [
-        *("--node-manager-port", str(port + 1), "--object-manager-port", str(port + 2)),
-        *("--runtime-env-agent-port", str(port + 3), "--dashboard-agent-grpc-port", str(port + 4)),
-        *("--metrics-export-port", str(port + 5), "--dashboard-agent-listen-port", str(port + 6)),
-        *("--min-worker-port", "10002", "--max-worker-port", "19999"),
-    ]
-    return ["ray", "start", *role, *ports, "--block"]
+        head = {"--address": f"{settings.master_addr}:{port}", "--node-ip-address": settings.node_ip}
+        role = [*_options({**head, **node}), "--disable-usage-stats", *_options(resources)]
+    ports = {
+        "--node-manager-port": port + 1,
+        "--object-manager-port": port + 2,
+        "--runtime-env-agent-port": port + 3,
+        "--dashboard-agent-grpc-port": port + 4,
+        "--metrics-export-port": port + 5,
+        "--dashboard-agent-listen-port": port + 6,
+        "--min-worker-port": 10002,
+        "--max-worker-port": 19999,
+    }
+    return ["ray", "start", *role, *_options(ports), "--block"]
 
 
 def supervisor_command(settings: LaunchSettings, save_interval: int) -> list[str]:
     """The supervisor (:mod:`strands_slime.launch.supervisor`) of the job; the script adds the runtime env
     file, the head it may restart and, after ``--``, the train command."""
-    dashboard = f"http://127.0.0.1:{settings.ray_dashboard_port}"
-    command = [
-        *("python3", "-m", "strands_slime.launch.supervisor", "run"),
-        *("--state-file", f"{settings.node_dir}/state.json", "--node-dir", settings.node_dir),
-        *(
-            "--checkpoint-dir",
-            checkpoint_dir(settings),
-            "--save-dir",
-            settings.save_dir,
-            "--address",
-            dashboard,
-        ),
-        *(
-            "--gcs-address",
-            f"{settings.master_addr}:{settings.ray_port}",
-            "--job-steps",
-            str(job_steps(settings)),
-        ),
-        *("--save-interval", str(save_interval), "--nodes", str(settings.num_nodes)),
-        *("--gpus", str(settings.total_gpus), "--max-restarts", str(settings.max_restarts)),
-        *("--restart-window-hours", settings.restart_window_hours),
-        *("--max-restarts-without-progress", str(settings.max_restarts_without_progress)),
-        *(
-            "--restart-backoff",
-            str(settings.restart_backoff),
-            "--restart-backoff-max",
-            str(settings.restart_backoff_max),
-        ),
-        *(
-            "--watchdog-seconds",
-            str(settings.watchdog_minutes * 60),
-            "--poll-interval",
-            str(settings.ray_poll_interval),
-        ),
-        *(
-            "--status-timeout",
-            str(settings.ray_status_timeout),
-            "--node-wait-timeout",
-            str(settings.ray_wait_timeout),
-        ),
-        *("--checkpoint-gb", str(settings.checkpoint_gb)),
-    ]
+    options = {
+        "--state-file": f"{settings.node_dir}/state.json",
+        "--node-dir": settings.node_dir,
+        "--checkpoint-dir": checkpoint_dir(settings),
+        "--save-dir": settings.save_dir,
+        "--address": f"http://127.0.0.1:{settings.ray_dashboard_port}",
+        "--gcs-address": f"{settings.master_addr}:{settings.ray_port}",
+        "--job-steps": job_steps(settings),
+        "--save-interval": save_interval,
+        "--nodes": settings.num_nodes,
+        "--gpus": settings.total_gpus,
+        "--max-restarts": settings.max_restarts,
+        "--restart-window-hours": settings.restart_window_hours,
+        "--max-restarts-without-progress": settings.max_restarts_without_progress,
+        "--restart-backoff": settings.restart_backoff,
+        "--restart-backoff-max": settings.restart_backoff_max,
+        "--watchdog-seconds": settings.watchdog_minutes * 60,
+        "--poll-interval": settings.ray_poll_interval,
+        "--status-timeout": settings.ray_status_timeout,
+        "--node-wait-timeout": settings.ray_wait_timeout,
+        "--checkpoint-gb": settings.checkpoint_gb,
+    }
+    command = ["python3", "-m", "strands_slime.launch.supervisor", "run", *_options(options)]
     if settings.pilot:
         command.append("--pilot")
     # Megatron keeps every checkpoint whose iteration is a multiple of --save-retain-interval, and 0 is
@@ -272,25 +251,31 @@ def pilot_settings(settings: LaunchSettings) -> dict[str, str]:
 def analyze_command(settings: LaunchSettings, evaluation: EvalSettings) -> list[str]:
     """The pilot's measurement and projection of the full run (:mod:`strands_slime.launch.pilot`); the
     script adds ``--log`` (the job's log) and ``--gpu-samples``."""
-    command = [
-        *("python3", "-m", "strands_slime.launch.pilot", "analyze", "--out", settings.pilot_dir),
-        *("--tensorboard", tensorboard_dir(settings), "--checkpoint-dir", checkpoint_dir(settings)),
-        *("--num-rollout", str(settings.num_rollout), "--gpus", str(settings.total_gpus)),
-        *("--nodes", str(settings.num_nodes), "--retain", settings.keep_checkpoints),
-        *("--checkpoint-gb", str(settings.checkpoint_gb), "--max-hours-at-risk", settings.save_hours),
-        *("--max-tokens-per-gpu", str(settings.max_tokens_per_gpu)),
-    ]
+    options: dict[str, object] = {
+        "--out": settings.pilot_dir,
+        "--tensorboard": tensorboard_dir(settings),
+        "--checkpoint-dir": checkpoint_dir(settings),
+        "--num-rollout": settings.num_rollout,
+        "--gpus": settings.total_gpus,
+        "--nodes": settings.num_nodes,
+        "--retain": settings.keep_checkpoints,
+        "--checkpoint-gb": settings.checkpoint_gb,
+        "--max-hours-at-risk": settings.save_hours,
+        "--max-tokens-per-gpu": settings.max_tokens_per_gpu,
+    }
     if settings.gpu_hour_price:
-        command += ["--gpu-hour-price", settings.gpu_hour_price]
+        options["--gpu-hour-price"] = settings.gpu_hour_price
     if settings.run_hours:
-        command += ["--run-hours", settings.run_hours]
+        options["--run-hours"] = settings.run_hours
     if settings.eval_interval > 0:
-        command += [
-            *("--eval-interval", str(settings.eval_interval), "--eval-prompts", str(evaluation.prompts)),
-            *("--eval-samples-per-prompt", str(evaluation.n_samples)),
-            *("--eval-max-response-len", str(evaluation.max_response_len)),
-        ]
-    return command + [f"--setting={name}={value}" for name, value in pilot_settings(settings).items()]
+        options |= {
+            "--eval-interval": settings.eval_interval,
+            "--eval-prompts": evaluation.prompts,
+            "--eval-samples-per-prompt": evaluation.n_samples,
+            "--eval-max-response-len": evaluation.max_response_len,
+        }
+    settings_recorded = [f"--setting={name}={value}" for name, value in pilot_settings(settings).items()]
+    return ["python3", "-m", "strands_slime.launch.pilot", "analyze", *_options(options), *settings_recorded]
 
 
 def preflight_args(settings: LaunchSettings) -> list[str]:
