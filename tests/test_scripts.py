@@ -1844,28 +1844,21 @@ def test_the_plan_reaches_the_script_intact(tools: Path, tmp_path: Path) -> None
     env = _env(
         tools, tmp_path, **install, WANDB_API_KEY="k'ey $HOME", WANDB_PROJECT='p "1"', KILL_STALE="yes"
     )
-    read, write = os.pipe()
-    try:
-        with contextlib.redirect_stderr(io.StringIO()):
-            status = launch_plan.main(
-                [
-                    "--script",
-                    str(TRAIN_SCRIPT),
-                    "--plan-fd",
-                    str(write),
-                    "--foreground",
-                    "--",
-                    "--lr",
-                    "2e-6 x",
-                ],
-                environ=env,
-            )
-        assert status == 0
-        with os.fdopen(read) as handle:
-            plan = handle.read()
-    finally:
-        with contextlib.suppress(OSError):
-            os.close(write)
+    plan_file = tmp_path / "plan.sh"
+    write = os.open(plan_file, os.O_WRONLY | os.O_CREAT, 0o600)  # the script's fd 3; the plan closes it
+    with contextlib.redirect_stderr(io.StringIO()):
+        argv = [
+            "--script",
+            str(TRAIN_SCRIPT),
+            "--plan-fd",
+            str(write),
+            "--foreground",
+            "--",
+            "--lr",
+            "2e-6 x",
+        ]
+        assert launch_plan.main(argv, environ=env) == 0
+    plan = plan_file.read_text()
     shown = subprocess.run(
         [
             "bash",
