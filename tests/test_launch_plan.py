@@ -11,7 +11,7 @@ import pytest
 from strands_slime.launch.checkpoints import retain_interval, room_checks, save_cadence
 from strands_slime.launch.inputs import EvalSettings, response_budget
 from strands_slime.launch.pilot import PILOT_FORMAT
-from strands_slime.launch.plan import pilot_settings, ray_auth_enabled, shell_assignments
+from strands_slime.launch.plan import pilot_settings, preflight_args, ray_auth_enabled, shell_assignments
 from strands_slime.launch.settings import LaunchError, LaunchSettings, read_settings
 from strands_slime.launch.train_command import train_command
 
@@ -195,3 +195,15 @@ def test_shell_assignments_quote_every_value() -> None:
     text = shell_assignments(plan, foreground=False, detached_args=["--foreground"])
     assert "TRAIN_CMD=(python3 'x y')" in text and "export WANDB_API_KEY='a'\"'\"'b $c'" in text
     assert "RAY_VERSION=unknown" in text and "FOREGROUND=0" in text
+
+
+def test_the_preflight_checks_the_sandbox_unless_accepted_and_every_shared_folder() -> None:
+    real = preflight_args(_settings(SAVE_DIR="/s", RUN_DIR="/r"))
+    assert real[:2] == ["--gpus", "8"] and "--router-arg=manual" in real
+    assert real[real.index("--sandbox-config") + 1] == f"{REPO}/configs/strands_math.yaml"
+    assert [real[i + 1] for i, token in enumerate(real) if token == "--writable"] == ["/s", "/r"]
+    assert "--allow-host-network" not in real
+    accepted = preflight_args(_settings(SAVE_DIR="/s", SANDBOX_HOST_NETWORK="1", PILOT="1"))
+    assert "--allow-host-network" in accepted and accepted[-2:] == ["--writable", "/s/pilot"]
+    dry = preflight_args(_settings(DRY_RUN="1"))
+    assert "--writable" not in dry and "--sandbox-config" not in dry, "a dry run creates no folder"
