@@ -207,3 +207,10 @@ def test_the_preflight_checks_the_sandbox_unless_accepted_and_every_shared_folde
     assert "--allow-host-network" in accepted and accepted[-2:] == ["--writable", "/s/pilot"]
     dry = preflight_args(_settings(DRY_RUN="1"))
     assert "--writable" not in dry and "--sandbox-config" not in dry, "a dry run creates no folder"
+
+
+def test_the_users_own_arguments_are_never_taken_for_the_scripts(capsys: pytest.CaptureFixture[str]) -> None:
+    from strands_slime.launch.plan import main
+
+    assert main(["--script", "/x/strands_qwen3_8b.sh", "--pythonpath", "", "--script", "y"], environ={}) == 1
+    assert "error: unknown argument '--script'" in capsys.readouterr().err

@@ -513,7 +513,7 @@ def _internal_options(argv: Sequence[str]) -> tuple[dict[str, str], list[str]]:
     """The script's own options (``--script``, ``--pythonpath``, ``--plan-fd``), then the user's arguments."""
     internal: dict[str, str] = {}
     args = list(argv)
-    while len(args) >= 2 and args[0] in ("--script", "--pythonpath", "--plan-fd"):
+    while len(args) >= 2 and args[0] in ("--script", "--pythonpath", "--plan-fd") and args[0] not in internal:
         internal[args[0]] = args[1]
         args = args[2:]
     return internal, args
