@@ -4,7 +4,8 @@
 #   num_key_value_heads 8, head_dim 128, vocab_size 151936, rope_theta 1000000, rms_norm_eps 1e-6,
 #   hidden_act silu (SwiGLU), attention_bias false, tie_word_embeddings false, q/k RMSNorm per head.
 # slime checks these against --hf-checkpoint at start-up; scripts/lib/check_hf_config.py checks them
-# before anything starts. Sourced by scripts/strands_qwen3_8b.sh and scripts/convert_qwen3_8b.sh.
+# before anything starts. Read by the training launch (strands_slime/launch/inputs.py) and sourced by
+# scripts/convert_qwen3_8b.sh.
 
 # shellcheck disable=SC2034  # MODEL_ARGS is read by the scripts that source this file.
 MODEL_ARGS=(

@@ -3,13 +3,20 @@
 slime ignores unknown flags silently, so every flag the scripts pass (and every value argparse
 restricts) is checked against lists read from slime, Megatron-LM and SGLang's real argument
 parsers (tests/data/*_flags.txt, with the upstream commits in their headers), and the train command
-is parsed by slime's real argument code from the archive. Real runs are exercised with stand-in
-`ray` and converter programs that record how they were called: signals, detaching, two "nodes" on
-two loopback addresses, and bystander processes named like Ray and SGLang that must survive.
+is parsed by slime's real argument code from the archive.
+
+The training script's settings, checks, dry run and commands are ``strands_slime.launch`` (its plan):
+those tests call the plan in this process (:func:`_plan`), exactly as the script calls it, and cost a
+fraction of a second each. Real runs of the script itself (its processes, what stays bash) are
+exercised with stand-in `ray` and converter programs that record how they were called: signals,
+detaching, two "nodes" on two loopback addresses, and bystander processes named like Ray and SGLang
+that must survive; a few dry runs of the script check that it hands over to the plan.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import re
@@ -27,6 +34,8 @@ from launch_stand_ins import install_fake_nvidia_smi
 from simulated_ray import install_simulated_ray
 from slime_upstream import require_slime
 from waiting import wait_until_sync
+
+from strands_slime.launch import plan as launch_plan
 
 pytestmark = pytest.mark.integration
 
@@ -247,8 +256,20 @@ def _assert_known(flags: dict[str, list[str]], known: dict[str, list[str] | None
             assert not bad, f"{flag} {bad} not among its allowed values {choices}"
 
 
+def _plan(env: dict[str, str], *args: str, script: Path = TRAIN_SCRIPT) -> subprocess.CompletedProcess[str]:
+    """The training script's plan in this process, called as the script calls it: its checks, its
+    refusals (exit 1, one `error:` line) and its dry run's output. A real run's plan is only checked
+    here (it hands bash assignments to the script, which this leaves out)."""
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        status = launch_plan.main(
+            ["--script", str(script), "--pythonpath", env.get("PYTHONPATH", ""), *args], environ=env
+        )
+    return subprocess.CompletedProcess(list(args), status, stdout.getvalue(), stderr.getvalue())
+
+
 def _dry_train(tools: Path, tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    result = _run(TRAIN_SCRIPT, _env(tools, tmp_path, DRY_RUN="1", **env), *args)
+    result = _plan(_env(tools, tmp_path, DRY_RUN="1", **env), *args)
     assert result.returncode == 0, result.stderr
     assert _ray_calls(tmp_path) == [], "a dry run must start nothing"
     return result
@@ -275,14 +296,12 @@ VARIANTS = {
 }
 
 
-@pytest.mark.slow  # 9 s
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_every_train_flag_exists_in_slime(tools: Path, tmp_path: Path, variant: str) -> None:
     result = _dry_train(tools, tmp_path, **VARIANTS[variant])
     _assert_known(_parse_flags(_train_command(result.stdout)), TRAIN_PY_FLAGS)
 
 
-@pytest.mark.slow  # 14 s
 def test_the_flag_check_catches_typos_and_unaccepted_values(tools: Path, tmp_path: Path) -> None:
     typo = _parse_flags(_train_command(_dry_train(tools, tmp_path, "--", "--rollout-batchsize", "8").stdout))
     with pytest.raises(AssertionError, match="--rollout-batchsize"):
@@ -422,7 +441,6 @@ def test_every_path_and_size_follows_the_environment(tools: Path, tmp_path: Path
     assert head[head.index("--num-gpus") + 1] == "4"
 
 
-@pytest.mark.slow  # 5 s
 def test_pythonpath_puts_this_repository_on_every_node(tools: Path, tmp_path: Path) -> None:
     env_vars = _runtime_env(_dry_train(tools, tmp_path, PYTHONPATH="").stdout)["env_vars"]
     assert env_vars["PYTHONPATH"].split(":") == ["/root/Megatron-LM", "/root/slime", str(REPO)]
@@ -436,17 +454,15 @@ def test_extra_flags_after_double_dash_reach_train_py_last(tools: Path, tmp_path
     assert _parse_flags(argv)["--num-rollout"] == ["5"]
 
 
-@pytest.mark.slow  # 12 s
 def test_dry_run_flag_and_env_agree(tools: Path, tmp_path: Path) -> None:
-    by_flag = _run(TRAIN_SCRIPT, _env(tools, tmp_path), "--dry-run")
-    by_env = _run(TRAIN_SCRIPT, _env(tools, tmp_path, DRY_RUN="1"))
+    by_flag = _plan(_env(tools, tmp_path), "--dry-run")
+    by_env = _plan(_env(tools, tmp_path, DRY_RUN="1"))
     assert by_flag.returncode == by_env.returncode == 0
     strip = [line for line in by_flag.stdout.splitlines() if "--submission-id" not in line]
     assert strip == [line for line in by_env.stdout.splitlines() if "--submission-id" not in line]
     assert _ray_calls(tmp_path) == []
 
 
-@pytest.mark.slow  # 7 s
 @pytest.mark.parametrize("key_var", ["WANDB_API_KEY", "WANDB_KEY"])
 def test_wandb_only_with_a_key_and_the_key_never_printed(tools: Path, tmp_path: Path, key_var: str) -> None:
     secret = "wandb-secret-0123456789"
@@ -460,7 +476,6 @@ def test_wandb_only_with_a_key_and_the_key_never_printed(tools: Path, tmp_path: 
     assert "with WANDB_API_KEY (not printed)" in result.stdout
 
 
-@pytest.mark.slow  # 10 s
 def test_eval_config_replaces_eval_prompt_data(tools: Path, tmp_path: Path) -> None:
     flags = _parse_flags(_train_command(_dry_train(tools, tmp_path, EVAL_CONFIG="/cfg/eval.yaml").stdout))
     assert flags["--eval-config"] == ["/cfg/eval.yaml"]
@@ -551,11 +566,26 @@ def test_ray_node_resources_label_every_node_for_the_rollout(tools: Path, tmp_pa
 @pytest.mark.slow  # 6 s
 def test_minimal_environment_is_set_u_safe(tools: Path, tmp_path: Path) -> None:
     # Only PATH/HOME: every variable the scripts read has a default (no "unbound variable").
-    for script in (TRAIN_SCRIPT, CONVERT_SCRIPT):
+    for script in (CONVERT_SCRIPT, TRAIN_SCRIPT):
         result = _run(script, _env(tools, tmp_path), "--dry-run")
         assert result.returncode == 0, result.stderr
+    # the training script prints its plan's dry run, and ends there
+    assert _train_command(result.stdout) == _train_command(_dry_train(tools, tmp_path).stdout)
+    assert _ray_calls(tmp_path) == []
     result = _run(TRAIN_SCRIPT, _env(tools, tmp_path), "--help")
     assert result.returncode == 0 and "NUM_NODES" in result.stdout
+
+
+@pytest.mark.slow  # 3 s
+def test_the_script_stops_where_its_plan_refuses(tools: Path, tmp_path: Path) -> None:
+    for env, args in (
+        ({"NUM_NODES": "0"}, ()),
+        ({}, ("--dryrun",)),
+        ({"SLIME_DIR": str(tmp_path / "none")}, ()),
+    ):
+        result = _run(TRAIN_SCRIPT, _env(tools, tmp_path, **env), *args)
+        assert result.returncode == 1 and len(_error_lines(result.stderr)) == 1, result.stderr
+        assert _ray_calls(tmp_path) == [] and not (tmp_path / "run").exists()
 
 
 # ----------------------------------------------------------------------------- train: bad input
@@ -613,7 +643,7 @@ def test_bad_input_is_refused_in_one_line_before_anything_starts(
     tools: Path, tmp_path: Path, env: dict[str, str], args: list[str], message: str, dry: bool
 ) -> None:
     settings = {**env, "DRY_RUN": env.get("DRY_RUN", "1" if dry else "0")}
-    result = _run(TRAIN_SCRIPT, _env(tools, tmp_path, **settings), *args)
+    result = _plan(_env(tools, tmp_path, **settings), *args)
     assert result.returncode != 0
     errors = _error_lines(result.stderr)
     assert len(errors) == 1 and message in errors[0], result.stderr
@@ -621,9 +651,7 @@ def test_bad_input_is_refused_in_one_line_before_anything_starts(
 
 
 def test_missing_inputs_are_all_listed_and_nothing_starts(tools: Path, tmp_path: Path) -> None:
-    result = _run(
-        TRAIN_SCRIPT, _env(tools, tmp_path, SLIME_DIR=str(tmp_path / "no-slime"), DATA_DIR="/nowhere")
-    )
+    result = _plan(_env(tools, tmp_path, SLIME_DIR=str(tmp_path / "no-slime"), DATA_DIR="/nowhere"))
     assert result.returncode == 1
     for expected in ("slime's train.py", "REF_LOAD", "PROMPT_DATA", "EVAL_CONFIG", "convert_qwen3_8b.sh"):
         assert expected in result.stderr
@@ -637,20 +665,19 @@ def test_a_worker_checks_every_input_too(tools: Path, tmp_path: Path) -> None:
     env = _env(
         tools, tmp_path, **install, NUM_NODES="2", NODE_RANK="1", MASTER_ADDR="127.0.0.2", NODE_IP="127.0.0.3"
     )
-    result = _run(TRAIN_SCRIPT, env, "--foreground")
+    result = _plan(env, "--foreground")
     assert result.returncode == 1
     assert "torch_dist checkpoint (REF_LOAD) not found" in result.stderr
     assert "training data (PROMPT_DATA) not found" in result.stderr
     assert _ray_calls(tmp_path) == []
 
 
-@pytest.mark.slow  # 8 s
 def test_a_misspelled_rollout_config_key_fails_the_dry_run(tools: Path, tmp_path: Path) -> None:
     good = _dry_train(tools, tmp_path)
     assert "strands_slime config OK" in good.stderr
     bad = tmp_path / "math.yaml"
     bad.write_text("strands_slime:\n  max_tool_iter: 5\n")
-    result = _run(TRAIN_SCRIPT, _env(tools, tmp_path, DRY_RUN="1", ROLLOUT_CONFIG=str(bad)))
+    result = _plan(_env(tools, tmp_path, DRY_RUN="1", ROLLOUT_CONFIG=str(bad)))
     assert result.returncode == 1
     (error,) = _error_lines(result.stderr)
     assert "ROLLOUT_CONFIG" in error and "max_tool_iter" in error
@@ -663,7 +690,6 @@ def _eval_config(tmp_path: Path, body: str) -> str:
     return str(path)
 
 
-@pytest.mark.slow  # 7 s
 def test_eval_k_and_budget_come_from_the_eval_config(tools: Path, tmp_path: Path) -> None:
     # The shipped config: Qwen3's sampling, 32k, 16 samples (avg@16, pass@1..16), whatever the env says.
     flags = _parse_flags(_train_command(_dry_train(tools, tmp_path, N_SAMPLES_PER_EVAL_PROMPT="4").stdout))
@@ -698,13 +724,12 @@ def test_an_unusable_eval_config_is_refused_in_one_line(
     tools: Path, tmp_path: Path, datasets: str, message: str
 ) -> None:
     config = _eval_config(tmp_path, f"eval:\n  datasets:\n{datasets}")
-    result = _run(TRAIN_SCRIPT, _env(tools, tmp_path, DRY_RUN="1", EVAL_CONFIG=config))
+    result = _plan(_env(tools, tmp_path, DRY_RUN="1", EVAL_CONFIG=config))
     assert result.returncode == 1
     (error,) = _error_lines(result.stderr)
     assert message in error
 
 
-@pytest.mark.slow  # 14 s
 def test_the_dapo_recipe(tools: Path, tmp_path: Path) -> None:
     flags = _parse_flags(_train_command(_dry_train(tools, tmp_path, ROLLOUT_BATCH_SIZE="32").stdout))
     assert flags["--over-sampling-batch-size"] == ["64"]
@@ -731,7 +756,7 @@ def test_wandb_key_file_must_be_private(tools: Path, tmp_path: Path) -> None:
     key_file = tmp_path / "wandb.key"
     key_file.write_text("file-secret-42\n")
     key_file.chmod(0o644)
-    refused = _run(TRAIN_SCRIPT, _env(tools, tmp_path, DRY_RUN="1", WANDB_API_KEY_FILE=str(key_file)))
+    refused = _plan(_env(tools, tmp_path, DRY_RUN="1", WANDB_API_KEY_FILE=str(key_file)))
     assert refused.returncode == 1
     (error,) = _error_lines(refused.stderr)
     assert "readable by others (mode 644)" in error
@@ -741,7 +766,6 @@ def test_wandb_key_file_must_be_private(tools: Path, tmp_path: Path) -> None:
     assert "file-secret-42" not in result.stdout + result.stderr
 
 
-@pytest.mark.slow  # 6 s
 def test_dashboard_binds_loopback_unless_asked(tools: Path, tmp_path: Path) -> None:
     head = next(
         c for c in _commands(_dry_train(tools, tmp_path).stdout) if c[:3] == ["ray", "start", "--head"]
@@ -753,13 +777,11 @@ def test_dashboard_binds_loopback_unless_asked(tools: Path, tmp_path: Path) -> N
     assert head[head.index("--dashboard-host") + 1] == "0.0.0.0"
 
 
-@pytest.mark.slow  # 7 s
 def test_proxies_are_bypassed_for_cluster_addresses(tools: Path, tmp_path: Path) -> None:
     result = _dry_train(tools, tmp_path, https_proxy="http://proxy:3128", no_proxy="corp.example")
     assert "127.0.0.1,localhost,127.0.0.1,127.0.0.1 added to no_proxy" in result.stderr
 
 
-@pytest.mark.slow  # 9 s
 def test_dry_run_shows_how_it_detaches(tools: Path, tmp_path: Path) -> None:
     detached = _dry_train(tools, tmp_path).stdout
     assert "the launcher now detaches" in detached and "--foreground" in detached
@@ -903,14 +925,12 @@ def test_real_run_starts_ray_submits_and_stops_only_what_it_started(
     assert not (node_dir / "launcher.pid").exists() and not (node_dir / "ray-node.pid").exists()
     state = json.loads((node_dir / "state.json").read_text())
     assert state["status"] == "finished" and state["attempt"] == 1 and state["restarts"] == 0
-
-
-@pytest.mark.slow  # 12 s
-def test_failed_job_still_stops_our_ray_and_fails(tools: Path, tmp_path: Path) -> None:
-    env = _env(tools, tmp_path, **_fake_install(tmp_path), FAKE_RAY_JOB_STATUS="1")
-    result = _run(TRAIN_SCRIPT, env, "--foreground")
-    assert result.returncode == 1
-    assert [stop["by_signal"] for stop in _node_stops(_ray_calls(tmp_path))] == [True]
+    # Ray token authentication, as the installed Ray (2.52) has it: a private token, in every Ray call
+    token = tmp_path / "box" / "ckpt" / ".ray-auth-token"
+    assert oct(token.stat().st_mode & 0o777) == "0o600" and len(token.read_text().strip()) >= 32
+    ray_calls = [c for c in calls if c.get("args", [])[:1] in (["start"], ["job"])]
+    assert all(c["auth"] == {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)} for c in ray_calls)
+    assert token.read_text().strip() not in result.stdout + result.stderr
 
 
 @pytest.mark.slow  # 12 s
@@ -980,10 +1000,9 @@ def test_kill_stale_stops_only_what_an_earlier_launch_recorded(
             leftover.wait()
 
 
-@pytest.mark.slow  # 11 s
 def test_checkpoint_that_is_not_qwen3_8b_is_refused(tools: Path, tmp_path: Path) -> None:
     wrong = {**QWEN3_8B_CONFIG, "hidden_size": 2560, "num_hidden_layers": 36, "tie_word_embeddings": True}
-    result = _run(TRAIN_SCRIPT, _env(tools, tmp_path, **_fake_install(tmp_path, wrong)))
+    result = _plan(_env(tools, tmp_path, **_fake_install(tmp_path, wrong)))
     assert result.returncode == 1
     assert "--hidden-size 4096" in result.stderr and "tie_word_embeddings" in result.stderr
     assert _ray_calls(tmp_path) == []
@@ -1511,49 +1530,51 @@ def test_shellcheck_passes_on_every_script() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-@pytest.mark.slow  # 9 s
-def test_math_verify_must_be_installed_when_the_config_enables_it(tools: Path, tmp_path: Path) -> None:
-    hidden = tmp_path / "no_math_verify"
-    hidden.mkdir()
-    (hidden / "math_verify.py").write_text("raise ImportError('not installed on this node')\n")
+def test_math_verify_must_be_installed_when_the_config_enables_it(
+    tools: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "math_verify", None)  # an import of it fails, as on a node without it
     install = _fake_install(tmp_path)
     Path(install["ROLLOUT_CONFIG"]).write_text("strands_slime:\n  reward:\n    math_verify: true\n")
-    env = _env(tools, tmp_path, **install, PYTHONPATH=str(hidden))
-    result = _run(TRAIN_SCRIPT, env, "--foreground")
+    env = _env(tools, tmp_path, **install)
+    result = _plan(env, "--foreground")
     assert result.returncode == 1
     (error,) = _error_lines(result.stderr)
     assert "math-verify package is not installed" in error
-    assert _ray_calls(tmp_path) == []
+    dry = _plan({**env, "DRY_RUN": "1"})
+    assert (
+        dry.returncode == 0
+        and "note (dry run, not fatal): ROLLOUT_CONFIG enables reward.math_verify" in dry.stderr
+    )
     Path(install["ROLLOUT_CONFIG"]).write_text("strands_slime:\n  reward:\n    math_verify: false\n")
-    assert "math-verify" not in _run(TRAIN_SCRIPT, {**env, "DRY_RUN": "1"}).stderr
+    assert "math-verify" not in _plan({**env, "DRY_RUN": "1"}).stderr
+    assert _ray_calls(tmp_path) == []
 
 
-@pytest.mark.slow  # three launches
 def test_save_dir_must_hold_the_checkpoints_it_keeps_at_once(tools: Path, tmp_path: Path) -> None:
     install = _fake_install(tmp_path)
     free_gb = shutil.disk_usage(tmp_path).free // 2**30
     size = free_gb // 2 + 5  # one fits, two do not
-    refused = _run(TRAIN_SCRIPT, _env(tools, tmp_path, **{**install, "CHECKPOINT_GB": str(size)}))
+    refused = _plan(_env(tools, tmp_path, **{**install, "CHECKPOINT_GB": str(size)}))
     assert refused.returncode == 1
     assert f"less than {2 * size} GB (two {size} GB checkpoints at once" in refused.stderr
     assert _ray_calls(tmp_path) == []
     # Keeping every checkpoint needs room for all of them: 3000 steps / 100 = 30.
     each = free_gb // 10 + 1
-    keep_all = _run(
-        TRAIN_SCRIPT,
-        _env(tools, tmp_path, **{**install, "CHECKPOINT_GB": str(each), "KEEP_CHECKPOINTS": "all"}),
+    keep_all = _plan(
+        _env(tools, tmp_path, **{**install, "CHECKPOINT_GB": str(each), "KEEP_CHECKPOINTS": "all"})
     )
     assert keep_all.returncode == 1
     assert f"KEEP_CHECKPOINTS=all: 30 checkpoints of {each} GB" in keep_all.stderr
     env = _env(tools, tmp_path, **{**install, "CHECKPOINT_GB": str(max(free_gb // 3, 1))})
-    result = _run(TRAIN_SCRIPT, env, "--foreground")
+    result = _plan(env, "--foreground")
     assert result.returncode == 0, result.stderr
+    assert _ray_calls(tmp_path) == []
 
 
 # ----------------------------------------------------------------------------- pilot, presets, checkpoints
 
 
-@pytest.mark.slow
 def test_the_pilot_runs_the_same_job_shorter_with_eval_off_into_its_own_folder(
     tools: Path, tmp_path: Path
 ) -> None:
@@ -1583,7 +1604,6 @@ def test_the_pilot_runs_the_same_job_shorter_with_eval_off_into_its_own_folder(
     assert "--setting=EXTRA_TRAIN_ARGS=" in analyze and "--run-hours" not in analyze
 
 
-@pytest.mark.slow
 def test_the_pilot_records_the_extra_flags_and_sizes_the_run_to_the_hours_given(
     tools: Path, tmp_path: Path
 ) -> None:
@@ -1593,7 +1613,6 @@ def test_the_pilot_records_the_extra_flags_and_sizes_the_run_to_the_hours_given(
     assert analyze[analyze.index("--run-hours") + 1] == "48"
 
 
-@pytest.mark.slow
 def test_the_4x8_preset_keeps_the_one_node_recipes_samples_per_update(tools: Path, tmp_path: Path) -> None:
     one = _parse_flags(_train_command(_dry_train(tools, tmp_path).stdout))
     flags = _parse_flags(
@@ -1682,24 +1701,22 @@ def test_a_pilot_measures_then_the_run_checkpoints_by_its_step_time(tools: Path,
         "--save-interval"
     ] == ["5"]
     # a pilot of other settings does not size this run
-    other = _run(TRAIN_SCRIPT, _env(tools, tmp_path, **install, ROLLOUT_BATCH_SIZE="32"))
+    other = _plan(_env(tools, tmp_path, **install, ROLLOUT_BATCH_SIZE="32"))
     assert other.returncode == 1
     assert "ROLLOUT_BATCH_SIZE: pilot '16', now '32'" in other.stderr
 
 
-@pytest.mark.slow
 def test_without_a_pilot_the_run_needs_a_step_time(tools: Path, tmp_path: Path) -> None:
     install = _fake_install(tmp_path)
     del install["SAVE_INTERVAL"]
-    refused = _run(TRAIN_SCRIPT, _env(tools, tmp_path, **install))
+    refused = _plan(_env(tools, tmp_path, **install))
     assert refused.returncode == 1 and "run --pilot first" in refused.stderr
-    assert _ray_calls(tmp_path) == [] or ["start", "--head"] not in _verbs(_ray_calls(tmp_path))
+    assert _ray_calls(tmp_path) == []
     estimate = _dry_train(tools, tmp_path, **install, STEP_MINUTES="7.5")
     assert _parse_flags(_train_command(estimate.stdout))["--save-interval"] == ["16"]  # 120 min / 7.5
     assert "(an estimate; --pilot measures it)" in estimate.stderr
 
 
-@pytest.mark.slow
 def test_only_the_latest_checkpoint_is_kept_unless_asked(tools: Path, tmp_path: Path) -> None:
     latest = _parse_flags(_train_command(_dry_train(tools, tmp_path, SAVE_INTERVAL="30").stdout))
     # Megatron keeps the previous checkpoint only if its iteration is a multiple of this; slime saves
@@ -1722,56 +1739,6 @@ def _state(tmp_path: Path) -> dict:
 
 
 @pytest.mark.slow
-def test_the_supervisor_resumes_after_a_crash_with_a_growing_pause(tools: Path, tmp_path: Path) -> None:
-    install = _fake_install(tmp_path)
-    checkpoints = Path(install["SAVE_DIR"])
-    checkpoints.mkdir()
-    settings = {
-        **install,
-        "FAKE_RAY_JOB_STATUS": "1,1,1,0",
-        "FAKE_RAY_CHECKPOINT_DIR": str(checkpoints),  # every attempt gets a checkpoint further
-        "RESTART_BACKOFF": "1",
-        "RESTART_BACKOFF_MAX": "2",
-        "FAKE_RAY_JOB_LOG": str(_pilot_job_log(tmp_path / "job.log", [100.0])),
-    }
-    result = _run(TRAIN_SCRIPT, _env(tools, tmp_path, **settings), "--foreground", timeout=120)
-    assert result.returncode == 0, result.stderr
-    assert _submits(tmp_path) == 4
-    # every attempt made progress (a new checkpoint), so the pause does not grow
-    assert "restart 1/5 (in 24 h) in 1s, resuming from checkpoint 10" in result.stderr
-    assert "restart 2/5 (in 24 h) in 1s, resuming from checkpoint 20" in result.stderr
-    assert "restart 3/5 (in 24 h) in 1s, resuming from checkpoint 30" in result.stderr
-    state = _state(tmp_path)
-    assert (state["status"], state["attempt"], state["restarts"], state["job_status"]) == (
-        "finished",
-        4,
-        3,
-        "SUCCEEDED",
-    )
-    assert state["stop_reason"] == "the job finished after 4 attempt(s)"
-    # finished means the last step's checkpoint is there, as slime saves it
-    assert state["latest_checkpoint"] == state["final_checkpoint"] == str(int(state["final_checkpoint"]))
-    # every attempt's job log is kept with the run state, one Ray node throughout
-    logs = list((tmp_path / "run" / "node0").glob("job-*.log"))
-    assert len(logs) == 4 and all("strands_slime step 0" in log.read_text() for log in logs)
-    assert len([c for c in _ray_calls(tmp_path) if c.get("args", [])[:1] == ["start"]]) == 1
-
-
-@pytest.mark.slow
-def test_the_supervisor_stops_a_crash_loop_that_makes_no_progress(tools: Path, tmp_path: Path) -> None:
-    env = _env(tools, tmp_path, **_fake_install(tmp_path), FAKE_RAY_JOB_STATUS="7", MAX_RESTARTS="10")
-    result = _run(TRAIN_SCRIPT, env, "--foreground", timeout=120)
-    assert result.returncode == 1
-    assert _submits(tmp_path) == 3, "MAX_RESTARTS_WITHOUT_PROGRESS=2: the third failure in a row stops"
-    state = _state(tmp_path)
-    assert state["status"] == "failed"
-    assert state["stop_reason"].startswith(
-        "gave up: 3 failures in a row without a new checkpoint (latest: none)"
-    )
-    assert state["stop_reason"] in result.stderr
-
-
-@pytest.mark.slow
 def test_the_supervisor_gives_up_after_max_restarts(tools: Path, tmp_path: Path) -> None:
     install = _fake_install(tmp_path)
     checkpoints = Path(install["SAVE_DIR"])
@@ -1782,10 +1749,13 @@ def test_the_supervisor_gives_up_after_max_restarts(tools: Path, tmp_path: Path)
         **install,
         FAKE_RAY_JOB_STATUS="1",
         MAX_RESTARTS="2",
-        FAKE_RAY_CHECKPOINT_DIR=str(checkpoints),
+        FAKE_RAY_CHECKPOINT_DIR=str(checkpoints),  # every attempt gets a checkpoint further
+        FAKE_RAY_JOB_LOG=str(_pilot_job_log(tmp_path / "job.log", [100.0])),
     )
     result = _run(TRAIN_SCRIPT, env, "--foreground", timeout=120)
     assert result.returncode == 1
+    # a failed run still stops the Ray node this launch started
+    assert [stop["by_signal"] for stop in _node_stops(_ray_calls(tmp_path))] == [True]
     assert _submits(tmp_path) == 3
     assert "resuming from checkpoint 10" in result.stderr and "resuming from checkpoint 20" in result.stderr
     state = _state(tmp_path)
@@ -1794,6 +1764,10 @@ def test_the_supervisor_gives_up_after_max_restarts(tools: Path, tmp_path: Path)
         "last: the job failed (Job entrypoint command failed with exit code 1)"
     )
     assert state["latest_checkpoint"] == "30"
+    # every attempt's job log is kept with the run state, one Ray node throughout
+    logs = list((tmp_path / "run" / "node0").glob("job-*.log"))
+    assert len(logs) == 3 and all("strands_slime step 0" in log.read_text() for log in logs)
+    assert len([c for c in _ray_calls(tmp_path) if c.get("args", [])[:1] == ["start"]]) == 1
 
 
 @pytest.mark.slow
@@ -1806,25 +1780,102 @@ def test_a_pilot_is_never_restarted(tools: Path, tmp_path: Path) -> None:
     assert "not possible: no measured step time" in result.stderr
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize(("version", "auth"), [("2.52.0", True), ("2.40.0", False)])
-def test_ray_token_authentication_where_the_installed_ray_has_it(
-    tools: Path, tmp_path: Path, version: str, auth: bool
+def test_ray_token_authentication_is_off_where_the_installed_ray_lacks_it(
+    tools: Path, tmp_path: Path
 ) -> None:
     install = _fake_install(tmp_path)
-    result = _run(TRAIN_SCRIPT, _env(tools, tmp_path, **install, FAKE_RAY_VERSION=version), "--foreground")
-    assert result.returncode == 0, result.stderr
-    token = Path(install["SAVE_DIR"]) / ".ray-auth-token"
-    calls = [c for c in _ray_calls(tmp_path) if c.get("args", [])[:1] in (["start"], ["job"])]
-    if auth:
-        assert oct(token.stat().st_mode & 0o777) == "0o600" and len(token.read_text().strip()) >= 32
-        assert all(c["auth"] == {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)} for c in calls)
-        assert token.read_text().strip() not in result.stdout + result.stderr
-    else:
-        assert not token.exists() and all(c["auth"]["RAY_AUTH_MODE"] is None for c in calls)
-        assert "Ray token authentication is off" in result.stderr
-    refused = _run(TRAIN_SCRIPT, _env(tools, tmp_path, **install, FAKE_RAY_VERSION="2.40.0", RAY_AUTH="on"))
+    old = _dry_train(tools, tmp_path, **install, FAKE_RAY_VERSION="2.40.0")
+    assert "Ray token authentication is off" in old.stderr and "token authentication: on" not in old.stdout
+    new = _dry_train(tools, tmp_path, **install, FAKE_RAY_VERSION="2.52.0")
+    assert "# Ray token authentication: on (Ray 2.52.0)" in new.stdout
+    assert "token authentication: on" not in _dry_train(tools, tmp_path, **install, RAY_AUTH="off").stdout
+    refused = _plan(_env(tools, tmp_path, **install, FAKE_RAY_VERSION="2.40.0", RAY_AUTH="on"))
     assert refused.returncode == 1 and "RAY_AUTH=on needs Ray 2.52" in refused.stderr
+
+
+def _supervisor_command(stdout: str) -> list[str]:
+    return next(c for c in _commands(stdout) if c[:3] == ["python3", "-m", "strands_slime.launch.supervisor"])
+
+
+def test_the_supervisor_gets_every_restart_and_watchdog_setting(tools: Path, tmp_path: Path) -> None:
+    settings = {
+        "MAX_RESTARTS": "7",
+        "RESTART_WINDOW_HOURS": "12",
+        "MAX_RESTARTS_WITHOUT_PROGRESS": "3",
+        "RESTART_BACKOFF": "30",
+        "RESTART_BACKOFF_MAX": "600",
+        "WATCHDOG_MINUTES": "90",
+        "RAY_STATUS_TIMEOUT": "120",
+        "RAY_WAIT_TIMEOUT": "300",
+        "RAY_POLL_INTERVAL": "2",
+        "CHECKPOINT_GB": "100",
+        "SAVE_INTERVAL": "25",
+    }
+    command = _supervisor_command(_dry_train(tools, tmp_path, **settings).stdout)
+    flags = _parse_flags(command[command.index("run") + 1 : command.index("--runtime-env")])
+    expected = {
+        "--max-restarts": ["7"],
+        "--restart-window-hours": ["12"],
+        "--max-restarts-without-progress": ["3"],
+        "--restart-backoff": ["30"],
+        "--restart-backoff-max": ["600"],
+        "--watchdog-seconds": ["5400"],
+        "--status-timeout": ["120"],
+        "--node-wait-timeout": ["300"],
+        "--poll-interval": ["2"],
+        "--checkpoint-gb": ["100"],
+        "--save-interval": ["25"],
+        "--job-steps": ["3000"],
+        "--nodes": ["1"],
+        "--gpus": ["8"],
+        "--state-file": [str(tmp_path / "run" / "node0" / "state.json")],
+    }
+    assert {flag: flags.get(flag) for flag in expected} == expected
+    assert "--pilot" not in flags and "--remove-first-checkpoint" not in flags
+    pilot = _parse_flags(_supervisor_command(_dry_train(tools, tmp_path, "--pilot").stdout)[4:])
+    assert "--pilot" in pilot and pilot["--job-steps"] == ["8"]
+    every_step = _parse_flags(_supervisor_command(_dry_train(tools, tmp_path, SAVE_INTERVAL="1").stdout)[4:])
+    assert "--remove-first-checkpoint" in every_step
+
+
+def test_the_plan_reaches_the_script_intact(tools: Path, tmp_path: Path) -> None:
+    """The real run's plan, bash assignments, read back by bash: values with spaces, quotes and `$` survive."""
+    install = _fake_install(tmp_path)
+    env = _env(
+        tools, tmp_path, **install, WANDB_API_KEY="k'ey $HOME", WANDB_PROJECT='p "1"', KILL_STALE="yes"
+    )
+    plan_file = tmp_path / "plan.sh"
+    write = os.open(plan_file, os.O_WRONLY | os.O_CREAT, 0o600)  # the script's fd 3; the plan closes it
+    with contextlib.redirect_stderr(io.StringIO()):
+        argv = [
+            "--script",
+            str(TRAIN_SCRIPT),
+            "--plan-fd",
+            str(write),
+            "--foreground",
+            "--",
+            "--lr",
+            "2e-6 x",
+        ]
+        assert launch_plan.main(argv, environ=env) == 0
+    plan = plan_file.read_text()
+    shown = subprocess.run(
+        [
+            "bash",
+            "-c",
+            'eval "$1"; declare -p LAUNCH FOREGROUND KILL_STALE TRAIN_CMD WANDB_API_KEY DETACHED_ARGS',
+            "_",
+            plan,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PATH": "/usr/bin:/bin"},
+    ).stdout
+    assert 'LAUNCH="run"' in shown and 'FOREGROUND="1"' in shown and 'KILL_STALE="1"' in shown
+    assert """WANDB_API_KEY="k'ey \\$HOME\"""" in shown
+    assert '"--wandb-project" [' in shown and '="p \\"1\\""' in shown
+    assert shown.count('"2e-6 x"') == 2, "the extra flags reach train.py and the detached launcher alike"
 
 
 @pytest.mark.slow
@@ -1837,26 +1888,22 @@ def test_the_head_refuses_a_node_that_fails_its_preflight(tools: Path, tmp_path:
     assert ["start", "--head"] not in _verbs(_ray_calls(tmp_path))
 
 
-@pytest.mark.slow
 def test_an_overlong_buffer_as_long_as_the_budget_is_refused(tools: Path, tmp_path: Path) -> None:
     config = tmp_path / "math.yaml"
     config.write_text("strands_slime:\n  reward:\n    overlong_buffer_tokens: 20000\n")
-    result = _run(TRAIN_SCRIPT, _env(tools, tmp_path, DRY_RUN="1", ROLLOUT_CONFIG=str(config)))
+    result = _plan(_env(tools, tmp_path, DRY_RUN="1", ROLLOUT_CONFIG=str(config)))
     assert result.returncode == 1
     (error,) = _error_lines(result.stderr)
     assert "overlong_buffer_tokens (20000) must be at most half of the episode budget" in error
     assert "--rollout-max-response-len (32768)" in error
     # the budget train.py gets: a flag after -- wins over MAX_RESPONSE_LEN (the recipe's 4096 vs 1024)
-    recipe = _run(
-        TRAIN_SCRIPT, _env(tools, tmp_path, DRY_RUN="1"), "--", "--rollout-max-response-len", "1024"
-    )
+    recipe = _plan(_env(tools, tmp_path, DRY_RUN="1"), "--", "--rollout-max-response-len", "1024")
     assert recipe.returncode == 1
     (error,) = _error_lines(recipe.stderr)
     assert "overlong_buffer_tokens (4096)" in error and "--rollout-max-response-len (1024)" in error
     assert "every response" in error
 
 
-@pytest.mark.slow
 def test_many_nodes_without_the_preset_say_the_batch_stays_a_one_node_batch(
     tools: Path, tmp_path: Path
 ) -> None:

@@ -385,3 +385,54 @@ def test_with_save_interval_one_the_first_checkpoint_megatron_keeps_is_removed(
     status, state, _ = _run(sim, save_interval=1, remove_first_checkpoint=True)
     assert status == 0 and not (sim / "save" / "iter_0000000").exists()
     assert "remove-first-checkpoint" in _actions(state)
+
+
+@pytest.mark.slow  # several attempts, each a handful of `ray` processes
+def test_a_crash_loop_that_makes_no_progress_is_stopped(sim: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # every attempt fails before its first checkpoint: restarts left in the budget do not matter
+    _scenario(sim, monkeypatch, attempts=[[RUNNING, {"state": "FAILED", "message": "exit code 7"}]])
+    status, state, lines = _run(sim, max_restarts=10, max_restarts_without_progress=2)
+    assert status == 1 and state["status"] == "failed"
+    assert len(_verbs(sim, "job", "submit")) == 3, "the third failure in a row without progress stops"
+    assert state["stop_reason"].startswith(
+        "gave up: 3 failures in a row without a new checkpoint (latest: none)"
+    )
+    assert any(state["stop_reason"] in line for line in lines)
+
+
+def test_a_pilot_is_never_restarted(sim: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _scenario(sim, monkeypatch, attempts=[[RUNNING, {"state": "FAILED"}], [RUNNING, {"state": "SUCCEEDED"}]])
+    status, state, _ = _run(sim, pilot=True, max_restarts_without_progress=5)
+    assert status == 1 and len(_verbs(sim, "job", "submit")) == 1
+    assert "a pilot is not restarted" in state["stop_reason"]
+
+
+@pytest.mark.slow  # several attempts, each a handful of `ray` processes
+def test_the_pause_before_a_restart_grows_only_while_restarts_bring_no_checkpoint(
+    sim: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def failing(checkpoint: int | None) -> list[dict]:
+        saved = {"state": "RUNNING"} if checkpoint is None else {"state": "RUNNING", "checkpoint": checkpoint}
+        return [saved, {"state": "FAILED"}]
+
+    def pauses_of(attempts: list[list[dict]], backoff_max: float) -> tuple[list[float], list[str], dict]:
+        for job in (sim / "ray_state" / "jobs").glob("*.json"):
+            job.unlink()
+        (sim / "ray_state" / "submits").unlink(missing_ok=True)
+        _scenario(sim, monkeypatch, attempts=[*attempts, [RUNNING, {"state": "SUCCEEDED"}]])
+        pauses: list[float] = []
+        lines: list[str] = []
+        settings = _settings(
+            sim, restart_backoff=1, restart_backoff_max=backoff_max, max_restarts_without_progress=5
+        )
+        supervisor = Supervisor(settings, RayCli("http://x", 10), log=lines.append, sleep=pauses.append)
+        assert supervisor.run() == 0, lines
+        return [pause for pause in pauses if pause >= 1], lines, json.loads(settings.state_file.read_text())
+
+    pauses, lines, state = pauses_of([failing(1), failing(2), failing(3)], 2)
+    assert pauses == [1, 1, 1], "every restart brought a new checkpoint: the pause stays RESTART_BACKOFF"
+    assert "restart 2/5 (in 24 h) in 1s, resuming from checkpoint 2" in lines
+    assert (state["status"], state["attempt"], state["restarts"]) == ("finished", 4, 3)
+    assert state["stop_reason"] == "the job finished after 4 attempt(s)"
+    pauses, _, _ = pauses_of([failing(None), failing(None), failing(None)], 3)
+    assert pauses == [2, 3, 3], "no new checkpoint: doubling, up to RESTART_BACKOFF_MAX"

@@ -52,12 +52,6 @@ require_int() {
     ((10#$value >= min)) || die "$name must be >= $min, got $value"
 }
 
-# require_number NAME: the variable NAME must hold a decimal number (1, 0.4, 1e-6, ...).
-require_number() {
-    local name="$1" value="${!1-}"
-    [[ "$value" =~ ^[0-9]*\.?[0-9]+([eE][-+]?[0-9]+)?$ ]] || die "$name must be a number, got '$value'"
-}
-
 # check_file/check_dir DESCRIPTION PATH [HINT]: record a problem if PATH is missing.
 # In dry-run mode a missing path is only noted, since dry runs happen away from the GPU box.
 check_file() {
@@ -93,26 +87,4 @@ require_commands() {
     for command_name in "$@"; do
         command -v "$command_name" >/dev/null 2>&1 || _check_failed "command '$command_name' not on PATH"
     done
-}
-
-# 1 if the GPUs are linked by NVLink (then NCCL's NVLS can be used), else 0. HAS_NVLINK overrides.
-detect_nvlink() {
-    if [[ -n "${HAS_NVLINK:-}" ]]; then
-        if is_true "$HAS_NVLINK"; then echo 1; else echo 0; fi
-        return
-    fi
-    local links=0
-    if command -v nvidia-smi >/dev/null 2>&1; then
-        links=$(nvidia-smi topo -m 2>/dev/null | grep -o 'NV[0-9][0-9]*' | wc -l) || links=0
-    fi
-    if ((links > 0)); then echo 1; else echo 0; fi
-}
-
-# json_env KEY VALUE [KEY VALUE ...]: a Ray runtime_env {"env_vars": {...}} as JSON.
-json_env() {
-    python3 -c '
-import json, sys
-pairs = sys.argv[1:]
-print(json.dumps({"env_vars": dict(zip(pairs[0::2], pairs[1::2]))}, indent=2))
-' "$@"
 }

@@ -787,28 +787,48 @@ def _analyze_command(options: argparse.Namespace) -> int:
     return 0 if pilot["projection"].get("complete") else 1
 
 
-def _save_interval_command(options: argparse.Namespace) -> int:
+class PilotMismatch(ValueError):
+    """A pilot.json that cannot size this run: unreadable, another format or no measured step time."""
+
+
+class PilotSettingsDiffer(PilotMismatch):
+    """The pilot ran under other settings that decide a step's time."""
+
+
+def save_interval_from_pilot(
+    path: Path, hours: float, num_rollout: int | None, settings: Mapping[str, str]
+) -> tuple[int, float]:
+    """(steps per checkpoint, the pilot's p90 step time) from ``path``, measured under ``settings``.
+
+    Raises:
+        PilotMismatch: in one line, why this pilot does not size this run.
+    """
     try:
-        pilot = json.loads(options.pilot.read_text())
+        pilot = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as error:
-        print(f"error: cannot read {options.pilot}: {error}", file=sys.stderr)
-        return 1
+        raise PilotMismatch(f"cannot read {path}: {error}") from None
     if not isinstance(pilot, dict) or pilot.get("format") != PILOT_FORMAT:
-        print(f"error: {options.pilot} is not a pilot.json of format {PILOT_FORMAT}", file=sys.stderr)
-        return 1
-    wanted = _settings(options.setting)
+        raise PilotMismatch(f"{path} is not a pilot.json of format {PILOT_FORMAT}")
     recorded = pilot.get("settings") or {}
-    different = sorted(name for name in wanted if recorded.get(name) != wanted[name])
+    different = sorted(name for name in settings if recorded.get(name) != settings[name])
     if different:
-        changes = ", ".join(f"{n}: pilot {recorded.get(n)!r}, now {wanted[n]!r}" for n in different)
-        print(f"error: the pilot ran other settings ({changes}); run the pilot again", file=sys.stderr)
-        return 2
+        changes = ", ".join(f"{n}: pilot {recorded.get(n)!r}, now {settings[n]!r}" for n in different)
+        raise PilotSettingsDiffer(f"the pilot ran other settings ({changes}); run the pilot again")
     step = ((pilot.get("measured") or {}).get("per_step") or {}).get("step_seconds")
     if not step:
-        print(f"error: {options.pilot} has no measured step time", file=sys.stderr)
-        return 1
-    interval = save_interval_for(step["p90"], options.hours, options.num_rollout)
-    print(interval, f"{step['p90']:.1f}")
+        raise PilotMismatch(f"{path} has no measured step time")
+    return save_interval_for(step["p90"], hours, num_rollout), float(step["p90"])
+
+
+def _save_interval_command(options: argparse.Namespace) -> int:
+    try:
+        interval, step_p90 = save_interval_from_pilot(
+            options.pilot, options.hours, options.num_rollout, _settings(options.setting)
+        )
+    except PilotMismatch as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2 if isinstance(error, PilotSettingsDiffer) else 1
+    print(interval, f"{step_p90:.1f}")
     return 0
 
 
