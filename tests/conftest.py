@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import signal
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,24 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def _ignore(signum: int, frame: object) -> None:
+    """The session goes on ignoring the signal; its children start with the default (see below)."""
+
+
+def _children_get_default_signals() -> None:
+    """Tests send SIGINT, SIGHUP and SIGTERM to the processes they start, as a terminal would. A session
+    run by ``nohup`` or as a shell's background job ignores SIGHUP or SIGINT, and an ignored signal stays
+    ignored across ``exec``: bash cannot trap it and Python installs no KeyboardInterrupt handler, so
+    those tests would fail only there. A handler of our own is reset to the default by ``exec``, so the
+    children get what a terminal gives them while the session itself still ignores the signal."""
+    for signum in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM, signal.SIGQUIT):
+        if signal.getsignal(signum) is signal.SIG_IGN:
+            signal.signal(signum, _ignore)
+
+
+_children_get_default_signals()
 
 
 @pytest.fixture(scope="session")
