@@ -1,0 +1,339 @@
+"""Several agents in one episode through ``generate``: sub-agents from the rollout config (an agent used
+as a tool, nested, parallel in one turn), a sub-agent a user's tool builds, frozen agents, and an agent
+with its own reward. Every output the scripted server sampled is in exactly one returned sample with
+mask 1, right after the ids it was sampled from; nothing else has mask 1."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import Counter
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from strands import Agent, tool
+
+from strands_slime import generate
+from strands_slime.cli import RolloutOptions, slime_args
+from strands_slime.config import ConfigError, parse_config
+from strands_slime.devserver import DevServer, scripted_output_logprobs
+from strands_slime.provider.model import SGLangModel
+from strands_slime.provider.recorder import Recorder
+from strands_slime.provider.trajectory import mask_runs
+from strands_slime.rollout.fanout import normalize_by_group_index
+from strands_slime.rollout.offline import sampling_params
+from strands_slime.rollout.slime_compat import Sample
+
+pytestmark = pytest.mark.unit
+
+VERIFIER_PROMPT = "You check a proposed answer and reply VERIFIED or WRONG."
+CHECKER_PROMPT = "You recheck arithmetic for the verifier."
+BUILDER_PROMPT = "You are a helper built inside a tool."
+
+
+def call(name: str, text: str) -> str:
+    return "<tool_call>\n" + json.dumps({"name": name, "arguments": {"input": text}}) + "\n</tool_call>"
+
+
+SCRIPT = [
+    {"match": CHECKER_PROMPT, "replies": ["<think>\n2+2 is 4.\n</think>\n\nCORRECT"]},
+    {
+        "match": VERIFIER_PROMPT,
+        "replies": [
+            f"<think>\nLet me verify.\n</think>\n\nAsking the checker.\n{call('checker', '2+2=4?')}",
+            "<think>\nThe checker agrees.\n</think>\n\nVERIFIED",
+        ],
+    },
+    {"match": BUILDER_PROMPT, "replies": ["<think>\nHelping.\n</think>\n\nHELPED"]},
+    {
+        "match": "Solve NESTED",
+        "replies": [
+            f"<think>\nCheck it.\n</think>\n\n{call('verifier', 'Is 4 right?')}",
+            "Answer: \\boxed{4}",
+        ],
+    },
+    {
+        "match": "Solve TWICE",
+        "replies": [
+            call("verifier", "Is 4 right?") + "\n" + call("verifier_b", "Is 4 right?"),
+            call("verifier", "Again: is 4 right?"),
+            "Answer: \\boxed{4}",
+        ],
+    },
+    {
+        "match": "Solve BUILT",
+        "replies": [
+            "<tool_call>\n"
+            + json.dumps({"name": "ask_helper", "arguments": {"question": "help"}})
+            + "\n</tool_call>",
+            "Answer: \\boxed{4}",
+        ],
+    },
+    {"match": "Solve ALONE", "replies": ["Answer: \\boxed{4}"]},
+]
+
+OPTIONS = RolloutOptions(data=Path("unused"), out=Path("unused"), max_response_len=1024)
+
+VERIFIER = {"name": "verifier", "description": "Checks an answer.", "system_prompt": VERIFIER_PROMPT}
+CHECKER = {
+    "name": "checker",
+    "description": "Rechecks arithmetic.",
+    "system_prompt": CHECKER_PROMPT,
+    "parent": "verifier",
+}
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[DevServer]:
+    async with DevServer("scripted", script=SCRIPT) as dev:
+        dev.hooks.record_replies = True
+        yield dev
+
+
+def make_args(url: str, agents: dict[str, Any] | None, **extra: Any) -> Any:
+    args = slime_args(OPTIONS, url, None)
+    args.strands_slime = {"tools": [], "client": {"max_retries": 0}, **({"agents": agents} if agents else {})}
+    for key, value in extra.items():
+        setattr(args, key, value)
+    return args
+
+
+def new_sample(question: str, index: int = 3) -> Sample:
+    return Sample(prompt=[{"role": "user", "content": question}], label="4", index=index, group_index=0)
+
+
+def sampled(server: DevServer) -> list[tuple[list[int], list[int]]]:
+    """(ids sent, ids sampled) of every /generate reply."""
+    return [(e["json"]["input_ids"], e["reply"]["output_ids"]) for e in server.request_log]
+
+
+def trained(sample: Sample) -> list[tuple[list[int], list[int]]]:
+    """(ids before, ids) of each mask-1 run, checked to carry the logprobs sampled after those ids."""
+    prompt_length = len(sample.tokens) - sample.response_length
+    runs = []
+    for value, start, end in mask_runs(sample.loss_mask):  # type: ignore[arg-type]
+        if value == 1:
+            before = sample.tokens[: prompt_length + start]
+            ids = sample.tokens[prompt_length + start : prompt_length + end]
+            assert sample.rollout_log_probs[start:end] == pytest.approx(scripted_output_logprobs(before, ids))
+            runs.append((before, ids))
+    return runs
+
+
+def assert_trained_once(samples: list[Sample], server: DevServer, untrained: int = 0) -> None:
+    """Each sampled output in exactly one sample with mask 1 (``untrained`` of them in none)."""
+
+    def key(pair: tuple[list[int], list[int]]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        return tuple(pair[0]), tuple(pair[1])
+
+    outputs = Counter(key(pair) for pair in sampled(server))
+    runs = [run for sample in samples for run in trained(sample)]
+    trained_runs = Counter(key(run) for run in runs)
+    assert not trained_runs - outputs, "an output trained more often than sampled, or never sampled there"
+    assert sum((outputs - trained_runs).values()) == untrained
+    assert sum(sum(s.loss_mask) for s in samples) == sum(len(ids) for _, ids in runs)
+
+
+async def test_a_nested_sub_agent_is_trained_as_its_own_samples(server: DevServer) -> None:
+    args = make_args(server.url, {"subagents": [VERIFIER, CHECKER]})
+    samples = await generate(args, new_sample("Solve NESTED: 2+2"), sampling_params(OPTIONS))
+    assert isinstance(samples, list)
+    assert [s.metadata["agent"] for s in samples] == ["main", "verifier", "checker"]
+    assert [s.metadata["agent_role"] for s in samples] == ["main", "sub", "sub"]
+    main, verifier, checker = samples
+    assert main.metadata["parent_agent"] is None and main.metadata["parent_tool_call"] is None
+    assert verifier.metadata["parent_agent"] == "main" and verifier.metadata["parent_tool_call"]
+    assert checker.metadata["parent_agent"] == "verifier"
+    assert checker.metadata["parent_tool_call"] != verifier.metadata["parent_tool_call"]
+    assert {s.rollout_id for s in samples} == {3}
+    assert all(s.metadata["agent_samples"] == 3 and s.metadata["agent_segment"] == 0 for s in samples)
+    assert all(s.status == Sample.Status.COMPLETED for s in samples)
+    assert all(s.metadata["final_text"].endswith("\\boxed{4}") for s in samples)  # the episode's reward
+    assert_trained_once(samples, server)
+    # each sub-agent's sample is its own conversation: its system prompt, not the main agent's
+    texts = [server_decode(server, s.tokens) for s in samples]
+    assert VERIFIER_PROMPT in texts[1] and VERIFIER_PROMPT not in texts[0] and CHECKER_PROMPT in texts[2]
+
+
+def server_decode(server: DevServer, ids: list[int]) -> str:
+    from strands_slime.provider.tokenizer import load_tokenizer
+
+    return load_tokenizer().decode(ids)
+
+
+async def test_parallel_sub_agents_and_a_second_call_give_one_segment_per_call(server: DevServer) -> None:
+    second = {**VERIFIER, "name": "verifier_b"}
+    args = make_args(server.url, {"subagents": [VERIFIER, second]})
+    samples = await generate(args, new_sample("Solve TWICE: 2+2"), sampling_params(OPTIONS))
+    agents = [(s.metadata["agent"], s.metadata["agent_segment"]) for s in samples]
+    assert agents == [("main", 0), ("verifier", 0), ("verifier", 1), ("verifier_b", 0)]
+    calls = [s.metadata["parent_tool_call"] for s in samples[1:]]
+    assert len(set(calls)) == 3, "each segment names the tool call that started it"
+    assert_trained_once(samples, server)
+
+
+async def test_frozen_and_untrained_agents_are_left_out(server: DevServer) -> None:
+    args = make_args(server.url, {"subagents": [VERIFIER, CHECKER], "frozen": ["checker"]})
+    samples = await generate(args, new_sample("Solve NESTED: 2+2"), sampling_params(OPTIONS))
+    assert [s.metadata["agent"] for s in samples] == ["main", "verifier"]
+    assert_trained_once(samples, server, untrained=1)  # the checker's one reply
+    server.clear_request_log()
+    elsewhere = f"http://localhost:{server.url.rsplit(':', 1)[1]}"  # the same engine under another URL
+    args = make_args(server.url, {"subagents": [{**VERIFIER, "base_url": elsewhere}, CHECKER]})
+    samples = await generate(args, new_sample("Solve NESTED: 2+2"), sampling_params(OPTIONS))
+    assert [s.metadata["agent"] for s in samples] == ["main", "checker"], "another server: never trained"
+    assert_trained_once(samples, server, untrained=2)  # the verifier's two replies
+
+
+async def test_a_model_built_in_a_users_tool_joins_the_episode(server: DevServer) -> None:
+    @tool
+    async def ask_helper(question: str) -> str:
+        """Ask a helper agent.
+
+        Args:
+            question: what to ask.
+        """
+        from strands_slime.provider.tokenizer import load_tokenizer
+
+        model = SGLangModel(load_tokenizer(), base_url=server.url, name="helper")
+        helper = Agent(
+            model=model, system_prompt=BUILDER_PROMPT, callback_handler=None, plugins=[model.plugin()]
+        )
+        return str(await helper.invoke_async(question))
+
+    import strands_slime.rollout.episode as episode_module
+
+    original = episode_module._build_tools
+
+    async def with_helper(config: Any, abort_check: Any) -> Any:
+        tools, stats = await original(config, abort_check)
+        return [*tools, ask_helper], stats
+
+    episode_module._build_tools = with_helper
+    try:
+        samples = await generate(
+            make_args(server.url, None), new_sample("Solve BUILT"), sampling_params(OPTIONS)
+        )
+    finally:
+        episode_module._build_tools = original
+    assert isinstance(samples, list) and [s.metadata["agent"] for s in samples] == ["main", "helper"]
+    assert samples[1].metadata["parent_agent"] == "main"
+    assert_trained_once(samples, server)
+
+
+async def test_a_single_agent_episode_returns_one_sample_without_agent_keys(server: DevServer) -> None:
+    sample = await generate(make_args(server.url, None), new_sample("Solve ALONE"), sampling_params(OPTIONS))
+    assert isinstance(sample, Sample) and "agent" not in sample.metadata and sample.rollout_id is None
+
+
+async def verifier_reward(args: Any, sample: Any) -> float:
+    return 0.5
+
+
+async def test_an_agent_with_its_own_reward_is_normalized_on_its_own_track(server: DevServer) -> None:
+    path = f"{__name__}.verifier_reward"
+    args = make_args(server.url, {"subagents": [VERIFIER, CHECKER], "rewards": {"verifier": path}})
+    episodes = [
+        await generate(args, new_sample("Solve NESTED: 2+2", index=i), sampling_params(OPTIONS))
+        for i in (1, 2)
+    ]
+    flat = [s for episode in episodes for s in episode]
+    verifier = [s for s in flat if s.metadata["agent"] == "verifier"]
+    assert [s.reward for s in verifier] == [0.5, 0.5]
+    assert all(s.metadata["reward_track"] == "verifier" for s in verifier)
+    others = [s for s in flat if s.metadata["agent"] != "verifier"]
+    assert all(s.reward is None and "reward_track" not in s.metadata for s in others)
+    rewards = {1: 1.0, 2: 0.0}
+    for s in others:
+        s.reward = rewards[s.rollout_id]
+    args.advantage_estimator, args.rewards_normalization, args.grpo_std_normalization = "grpo", True, True
+    args.reward_key = None
+    _, normalized = normalize_by_group_index(args, flat)
+    by_agent = {(s.rollout_id, s.metadata["agent"]): value for s, value in zip(flat, normalized, strict=True)}
+    assert by_agent[(1, "verifier")] == by_agent[(2, "verifier")] == 0.0  # equal rewards on its track
+    assert by_agent[(1, "main")] == by_agent[(1, "checker")] > 0 > by_agent[(2, "main")]
+
+
+def test_the_agents_config_is_checked_up_front() -> None:
+    for agents, message in [
+        ({"subagents": [{**VERIFIER, "name": "main"}]}, "'main' is the episode's own agent"),
+        ({"subagents": [VERIFIER, VERIFIER]}, "duplicate names verifier"),
+        ({"subagents": [{**CHECKER, "parent": "nobody"}]}, "neither main nor a sub-agent"),
+        ({"subagents": [{**VERIFIER, "parent": "checker"}, CHECKER]}, "its own ancestor"),
+        ({"train": ["verifier"]}, "must match main"),
+        ({"frozen": ["m*"]}, "must not match main"),
+        ({"rewards": {"*": "strands_slime.reward.dapo.scoring_text"}}, "matches main"),
+        ({"rewards": {"v": "strands_slime.reward.no_such_function"}}, "not a dotted path to a function"),
+        ({"subagents": [{**VERIFIER, "name": "has space"}]}, "subagents.0.name"),
+    ]:
+        with pytest.raises(ConfigError, match=message):
+            parse_config({"agents": agents})
+
+
+async def test_sub_agents_are_refused_with_partial_rollout(server: DevServer) -> None:
+    args = make_args(server.url, {"subagents": [VERIFIER]}, partial_rollout=True)
+    with pytest.raises(ConfigError, match=r"agents\.subagents does not work with slime's --partial-rollout"):
+        await generate(args, new_sample("Solve NESTED: 2+2"), sampling_params(OPTIONS))
+
+
+def test_a_model_outside_an_episode_keeps_its_own_recorder() -> None:
+    assert Recorder.active() is None
+    record = Recorder()
+    with record.activate():
+        assert Recorder.active() is record
+        assert [record.join("a").name, record.join("a").name, record.join().name] == ["a", "a-2", "model-2"]
+    assert Recorder.active() is None
+
+
+class AbortAfterFirstReply:
+    """A dev-server plugin that raises slime's abort flag once the first reply went out."""
+
+    def __init__(self, event: threading.Event) -> None:
+        self.event = event
+
+    async def around(self, request: Any, entry: Any, answer: Any) -> Any:
+        reply = await answer()
+        self.event.set()
+        return reply
+
+    def routes(self) -> list[Any]:
+        return []
+
+
+async def test_slimes_abort_stops_every_agent(server: DevServer) -> None:
+    event = threading.Event()
+    server.hooks.plugins.append(AbortAfterFirstReply(event))
+    args = make_args(server.url, {"subagents": [VERIFIER, CHECKER]}, abort_event=event)
+    samples = await generate(args, new_sample("Solve NESTED: 2+2"), sampling_params(OPTIONS))
+    assert len(server.request_log) == 1, "no agent sent a request after the abort"
+    assert [s.metadata["agent"] for s in samples] == ["main"]
+    assert samples[0].status == Sample.Status.ABORTED and samples[0].metadata["abort_source"] == "slime"
+
+
+@pytest.mark.integration
+async def test_several_agents_through_a_worker_process_equal_in_process() -> None:
+    """The episode executor's worker returns the same samples as the in-process episode."""
+    from test_executor import comparable
+
+    from strands_slime.rollout.executor import shutdown_executors
+
+    async with DevServer("scripted", script=SCRIPT) as dev:
+        results = []
+        for executor in ({}, {"executor": {"workers": 1, "oversubscribe": True}}):
+            args = make_args(dev.url, {"subagents": [VERIFIER, CHECKER]})
+            args.strands_slime.update(executor)
+            results.append(await generate(args, new_sample("Solve NESTED: 2+2"), sampling_params(OPTIONS)))
+        await shutdown_executors()
+    local, remote = results
+    assert [s.metadata["agent"] for s in remote] == ["main", "verifier", "checker"]
+    assert all(s.metadata["parent_tool_call"] for s in remote[1:])
+
+    def same(sample: Sample) -> dict[str, Any]:  # the session and the tool-call ids are random per run
+        fields = comparable(sample)
+        fields.pop("session_id")
+        fields["metadata"].pop("parent_tool_call")
+        return fields
+
+    assert [same(s) for s in remote] == [same(s) for s in local]
