@@ -221,6 +221,20 @@ class FanoutConfig(BaseModel):
         return self
 
 
+def import_function(path: str, where: str) -> Any:
+    """The function at dotted path ``path`` (``pkg.module.function``); ValueError naming ``where`` if not."""
+    module, _, attribute = path.rpartition(".")
+    try:
+        function = getattr(importlib.import_module(module), attribute) if module else None
+    except ImportError as exc:
+        raise ValueError(f"{where}: {path!r} does not import: {exc}") from exc
+    except AttributeError:
+        function = None
+    if not callable(function):
+        raise ValueError(f"{where}: {path!r} is not a dotted path to a function")
+    return function
+
+
 AGENT_NAME_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
 """What Strands accepts as a tool name (a sub-agent is a tool of its parent under its own name)."""
 
@@ -264,6 +278,12 @@ class AgentsConfig(BaseModel):
         description="Sub-agents handed to their parent as tools. Any: generate returns list[Sample] (one "
         "per agent segment, sharing rollout_id); needs --custom-reward-post-process-path "
         "strands_slime.rollout.fanout.normalize_by_group_index; not with --partial-rollout or fully-async.",
+    )
+    tool_factories: list[str] = Field(
+        default_factory=list,
+        description="Dotted paths of functions f(episode) -> list of Strands tools (sync or async), called "
+        "once per episode with the episode running: tools that wrap sub-agents, agents as tools, a Swarm or "
+        "Graph; episode.new_model(name) builds a model of the episode for them.",
     )
     train: list[str] = Field(
         default_factory=lambda: ["*"],
@@ -314,15 +334,9 @@ class AgentsConfig(BaseModel):
                 raise ValueError(
                     f"rewards: {pattern!r} matches main, which the episode's reward (--custom-rm-path) scores"
                 )
-            module, _, attribute = path.rpartition(".")
-            try:
-                function = getattr(importlib.import_module(module), attribute) if module else None
-            except ImportError as exc:
-                raise ValueError(f"rewards: {path!r} does not import: {exc}") from exc
-            except AttributeError:
-                function = None
-            if not callable(function):
-                raise ValueError(f"rewards: {path!r} is not a dotted path to a function")
+            import_function(path, "rewards")
+        for path in self.tool_factories:
+            import_function(path, "tool_factories")
         return self
 
     def trains(self, name: str) -> bool:

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from strands import Agent, tool
+from strands.multiagent import GraphBuilder, Swarm
 
 from strands_slime import generate
 from strands_slime.cli import RolloutOptions, slime_args
@@ -35,6 +36,17 @@ BUILDER_PROMPT = "You are a helper built inside a tool."
 
 def call(name: str, text: str) -> str:
     return "<tool_call>\n" + json.dumps({"name": name, "arguments": {"input": text}}) + "\n</tool_call>"
+
+
+def handoff(to: str) -> str:
+    arguments = {"agent_name": to, "message": "please write it up"}
+    return (
+        "<tool_call>\n" + json.dumps({"name": "handoff_to_agent", "arguments": arguments}) + "\n</tool_call>"
+    )
+
+
+def ask(name: str) -> str:
+    return "<tool_call>\n" + json.dumps({"name": name, "arguments": {"question": "2+2"}}) + "\n</tool_call>"
 
 
 SCRIPT = [
@@ -72,6 +84,12 @@ SCRIPT = [
         ],
     },
     {"match": "Solve ALONE", "replies": ["Answer: \\boxed{4}"]},
+    {"match": "ROLE-R", "replies": [handoff("writer"), "Handed off."]},
+    {"match": "ROLE-W", "replies": ["<think>\nWriting.\n</think>\n\nWRITTEN"]},
+    {"match": "ROLE-A", "replies": ["A-DONE"]},
+    {"match": "ROLE-B", "replies": ["B-DONE"]},
+    {"match": "Solve TEAM", "replies": [ask("ask_team"), "Answer: \\boxed{4}"]},
+    {"match": "Solve GRAPH", "replies": [ask("ask_graph"), "Answer: \\boxed{4}"]},
 ]
 
 OPTIONS = RolloutOptions(data=Path("unused"), out=Path("unused"), max_response_len=1024)
@@ -187,7 +205,10 @@ async def test_frozen_and_untrained_agents_are_left_out(server: DevServer) -> No
     assert_trained_once(samples, server, untrained=2)  # the verifier's two replies
 
 
-async def test_a_model_built_in_a_users_tool_joins_the_episode(server: DevServer) -> None:
+def helper_tools(episode: Any) -> list[Any]:
+    """A tool that builds its sub-agent's model itself, without recorder= (it joins the active record)."""
+    url = episode.model.client.base_url
+
     @tool
     async def ask_helper(question: str) -> str:
         """Ask a helper agent.
@@ -195,31 +216,89 @@ async def test_a_model_built_in_a_users_tool_joins_the_episode(server: DevServer
         Args:
             question: what to ask.
         """
-        from strands_slime.provider.tokenizer import load_tokenizer
-
-        model = SGLangModel(load_tokenizer(), base_url=server.url, name="helper")
+        model = SGLangModel(episode.tokenizer, base_url=url, name="helper")
         helper = Agent(
             model=model, system_prompt=BUILDER_PROMPT, callback_handler=None, plugins=[model.plugin()]
         )
         return str(await helper.invoke_async(question))
 
-    import strands_slime.rollout.episode as episode_module
+    return [ask_helper]
 
-    original = episode_module._build_tools
 
-    async def with_helper(config: Any, abort_check: Any) -> Any:
-        tools, stats = await original(config, abort_check)
-        return [*tools, ask_helper], stats
+def team_tools(episode: Any) -> list[Any]:
+    """A Swarm of two agents behind one tool: the researcher hands off to the writer."""
 
-    episode_module._build_tools = with_helper
-    try:
-        samples = await generate(
-            make_args(server.url, None), new_sample("Solve BUILT"), sampling_params(OPTIONS)
-        )
-    finally:
-        episode_module._build_tools = original
+    @tool
+    async def ask_team(question: str) -> str:
+        """Ask the team.
+
+        Args:
+            question: what to ask.
+        """
+        nodes = [
+            node_agent(episode, "researcher", "ROLE-R: you research.", "Finds facts."),
+            node_agent(episode, "writer", "ROLE-W: you write.", "Writes answers."),
+        ]
+        result = await Swarm(nodes).invoke_async(question)
+        return str(result.status)
+
+    return [ask_team]
+
+
+async def graph_tools(episode: Any) -> list[Any]:
+    """A Graph a -> b behind one tool (an async factory)."""
+
+    @tool
+    async def ask_graph(question: str) -> str:
+        """Ask the graph.
+
+        Args:
+            question: what to ask.
+        """
+        builder = GraphBuilder()
+        builder.add_node(node_agent(episode, "a", "ROLE-A: first.", "First step."), "a")
+        builder.add_node(node_agent(episode, "b", "ROLE-B: second.", "Second step."), "b")
+        builder.add_edge("a", "b")
+        builder.set_max_node_executions(4)
+        result = await builder.build().invoke_async(question)
+        return str(result.status)
+
+    return [ask_graph]
+
+
+def node_agent(episode: Any, name: str, system_prompt: str, description: str) -> Agent:
+    model = episode.new_model(name)
+    return Agent(
+        model=model,
+        name=name,
+        description=description,
+        system_prompt=system_prompt,
+        callback_handler=None,
+        plugins=[model.plugin()],
+    )
+
+
+async def test_a_model_built_in_a_users_tool_joins_the_episode(server: DevServer) -> None:
+    args = make_args(server.url, {"tool_factories": [f"{__name__}.helper_tools"]})
+    samples = await generate(args, new_sample("Solve BUILT"), sampling_params(OPTIONS))
     assert isinstance(samples, list) and [s.metadata["agent"] for s in samples] == ["main", "helper"]
-    assert samples[1].metadata["parent_agent"] == "main"
+    assert samples[1].metadata["parent_agent"] == "main" and samples[1].metadata["agent_role"] == "sub"
+    assert_trained_once(samples, server)
+
+
+async def test_a_swarm_in_a_tool_trains_each_node(server: DevServer) -> None:
+    args = make_args(server.url, {"tool_factories": [f"{__name__}.team_tools"]})
+    samples = await generate(args, new_sample("Solve TEAM"), sampling_params(OPTIONS))
+    assert [s.metadata["agent"] for s in samples] == ["main", "researcher", "writer"]
+    assert {s.metadata["parent_agent"] for s in samples[1:]} == {"main"}
+    assert len({s.metadata["parent_tool_call"] for s in samples[1:]}) == 1, "both under main's one call"
+    assert_trained_once(samples, server)
+
+
+async def test_a_graph_in_a_tool_trains_each_node(server: DevServer) -> None:
+    args = make_args(server.url, {"tool_factories": [f"{__name__}.graph_tools"]})
+    samples = await generate(args, new_sample("Solve GRAPH"), sampling_params(OPTIONS))
+    assert [s.metadata["agent"] for s in samples] == ["main", "a", "b"]
     assert_trained_once(samples, server)
 
 
@@ -274,7 +353,10 @@ def test_the_agents_config_is_checked_up_front() -> None:
 
 async def test_sub_agents_are_refused_with_partial_rollout(server: DevServer) -> None:
     args = make_args(server.url, {"subagents": [VERIFIER]}, partial_rollout=True)
-    with pytest.raises(ConfigError, match=r"agents\.subagents does not work with slime's --partial-rollout"):
+    with pytest.raises(
+        ConfigError,
+        match=r"agents\.subagents / agents\.tool_factories does not work with slime's --partial-rollout",
+    ):
         await generate(args, new_sample("Solve NESTED: 2+2"), sampling_params(OPTIONS))
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import importlib
+import inspect
 import logging
 import random
 import time
@@ -37,7 +37,7 @@ from strands.agent.conversation_manager import (
 from strands.types.exceptions import MaxTokensReachedException
 
 from strands_slime.aborts import AbortedError
-from strands_slime.config import ConfigError, RolloutConfig, get_rollout_config
+from strands_slime.config import ConfigError, RolloutConfig, get_rollout_config, import_function
 from strands_slime.episode_metadata import EpisodeMetadata, write_keys
 from strands_slime.errors import EpisodeEnded, GenerationAborted, find_episode_end
 from strands_slime.provider.chat_families import UnsupportedChatTemplate
@@ -160,7 +160,7 @@ class Episode:
         watcher and the executor read each distinct flag once)."""
         self.fans_out = config.fanout.enabled and not evaluation
         """Fan-out applies to training only: slime's eval metrics count every returned sample."""
-        self.several_agents = bool(config.agents.subagents) and not evaluation
+        self.several_agents = bool(config.agents.subagents or config.agents.tool_factories) and not evaluation
         """Sub-agents train (training only: an evaluation episode runs them but returns its main sample)."""
         self.want_top_p = wants_top_p(args, sampling_params, evaluation)
         self.started = time.perf_counter()
@@ -220,7 +220,7 @@ class Episode:
         if self.fans_out:
             _check_fanout_args(self.args)
         if self.several_agents:
-            _check_fanout_args(self.args, "agents.subagents")
+            _check_fanout_args(self.args, "agents.subagents / agents.tool_factories")
 
     async def _play_guarded(self) -> None:
         """:meth:`_play` after the loop's one-time start-up; any failure becomes the outcome."""
@@ -260,8 +260,11 @@ class Episode:
             tool_abort_check = self.tool_results.tool_abort_check
         tools, self.tool_stats = await _build_tools(config, tool_abort_check)
         self.record.model_defaults = self._sub_model_defaults()
+        for path in config.agents.tool_factories:  # the user's sub-agents, Swarms, Graphs: models join
+            made = import_function(path, "agents.tool_factories")(self)
+            tools = [*tools, *(await made if inspect.isawaitable(made) else made)]
         if config.agents.subagents:
-            python = tools[0] if tools else None
+            python = tools[0] if "execute_python_code" in config.tools else None
             if python is None and any(agent.tools for agent in config.agents.subagents):
                 needed = config.model_copy(update={"tools": ["execute_python_code"]})
                 (python,), self.tool_stats = await _build_tools(needed, tool_abort_check)
@@ -345,6 +348,19 @@ class Episode:
             "context_window_limit": context_limit,
             "min_reply_tokens": config.min_reply_tokens,
         }
+
+    def new_model(self, name: str, base_url: str | None = None, **settings: Any) -> SGLangModel:
+        """A model for another agent of this episode (for ``agents.tool_factories``): the episode's
+        tokenizer, tool parser and client (or a client of ``base_url``: a frozen model), in its record
+        under ``name`` with its model defaults; ``settings`` override them."""
+        return SGLangModel(
+            self.tokenizer,
+            self.config.tool_parser,
+            get_client(self.args, self.config, base_url),
+            recorder=self.record,
+            name=name,
+            **settings,
+        )
 
     def sub_agent_abort_check(self) -> bool:
         """slime's flag, or a sub-agent's call the server aborted: either stops every agent of the episode
@@ -634,9 +650,7 @@ class Episode:
             path = self.config.agents.reward_path(name) if name and name != MAIN else None
             if path is None or current.remove_sample:
                 continue
-            module, _, attribute = path.rpartition(".")
-            function = getattr(importlib.import_module(module), attribute)
-            current.reward = await function(self.args, current)
+            current.reward = await import_function(path, "agents.rewards")(self.args, current)
             write_keys(current.metadata, reward_track=name)
 
     # ------------------------------------------------------------------ resumption (--partial-rollout)

@@ -15,8 +15,6 @@ from strands import Agent
 from strands.agent.conversation_manager import NullConversationManager
 
 from strands_slime.config import SubAgentConfig
-from strands_slime.provider.model import SGLangModel
-from strands_slime.rollout.startup import get_client
 
 
 def subagent_tools(episode: Any, python_tool: Any) -> list[Any]:
@@ -34,13 +32,7 @@ def subagent_tools(episode: Any, python_tool: Any) -> list[Any]:
         children.setdefault(agent.parent, []).append(agent)
 
     def build(agent: SubAgentConfig) -> Any:
-        model = SGLangModel(  # before its children's: the record lists agents parent first
-            episode.tokenizer,
-            episode.config.tool_parser,
-            get_client(episode.args, episode.config, agent.base_url),
-            recorder=episode.record,
-            name=agent.name,
-        )
+        model = episode.new_model(agent.name, agent.base_url)  # before its children's: parents first
         own = [python_tool] if agent.tools and python_tool is not None else []
         own += [build(child) for child in children.get(agent.name, [])]
         sub = Agent(
