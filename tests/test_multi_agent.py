@@ -5,21 +5,26 @@ mask 1, right after the ids it was sampled from; nothing else has mask 1."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from strands import Agent, tool
 from strands.multiagent import GraphBuilder, Swarm
+from threaded_app import devserver_in_thread
 
 from strands_slime import generate
 from strands_slime.cli import RolloutOptions, slime_args
 from strands_slime.config import ConfigError, parse_config
 from strands_slime.devserver import DevServer, scripted_output_logprobs
+from strands_slime.provider.chat import tool_specs_to_template_tools
 from strands_slime.provider.model import SGLangModel
 from strands_slime.provider.recorder import Recorder
 from strands_slime.provider.trajectory import mask_runs
@@ -419,3 +424,161 @@ async def test_several_agents_through_a_worker_process_equal_in_process() -> Non
         return fields
 
     assert [same(s) for s in remote] == [same(s) for s in local]
+
+
+# ---------------------------------------------------------------------- the property, over random trees
+
+EPISODES: dict[int, Any] = {}
+"""The running episode of each property example (sample index -> episode), read after generate."""
+TREES: dict[int, list[tuple[str, str, bool]]] = {}
+"""sample index -> the sub-agents: (name, parent, preserve_context)."""
+PLANNED: dict[int, dict[str, list[list[str]]]] = {}
+"""sample index -> what each agent calls per reply."""
+SNAPSHOTS: dict[tuple[int, str], dict[int, tuple[list[dict[str, Any]], Any]]] = {}
+"""(sample index, agent) -> segment number -> (its transcript, its tool specs) after each invocation."""
+
+
+def tree_tools(episode: Any) -> list[Any]:
+    """The sub-agents of the example's tree, each one a tool of its parent (``Agent.as_tool``); the
+    transcript of the segment each invocation leaves is kept for the fresh render."""
+    from strands.hooks import AfterInvocationEvent
+
+    index = episode.sample.index
+    EPISODES[index] = episode
+    tree = TREES[index]
+
+    def build(name: str, preserve: bool) -> Any:
+        model = episode.new_model(name)
+        children = [build(child, keep) for child, parent, keep in tree if parent == name]
+        agent = Agent(
+            model=model,
+            name=name,
+            system_prompt=system_prompt(name, PLANNED[index][name]),
+            tools=children,
+            callback_handler=None,
+            plugins=[model.plugin()],
+        )
+
+        def snapshot(event: AfterInvocationEvent) -> None:
+            segments = SNAPSHOTS.setdefault((index, name), {})
+            specs = event.agent.tool_registry.get_all_tool_specs()
+            segments[len(model.lane.closed)] = (model.transcript(), specs)
+
+        agent.add_hook(snapshot, AfterInvocationEvent)
+        return agent.as_tool(name=name, description=f"Helper {name}.", preserve_context=preserve)
+
+    return [build(child, keep) for child, parent, keep in tree if parent == "main"]
+
+
+def calls(names: list[str]) -> str:
+    return "\n".join(
+        "<tool_call>\n" + json.dumps({"name": n, "arguments": {"input": f"task for {n}"}}) + "\n</tool_call>"
+        for n in names
+    )
+
+
+NODES = [f"n{k}" for k in range(3)]
+ROUND_CALLS = [[a] for a in NODES] + [[a, b] for a in NODES for b in NODES]
+"""What one reply may call: one sub-agent, or two in parallel (the same one twice included: Strands
+answers the second with an error, as an agent runs one request at a time)."""
+
+
+def plan_code(rounds: list[list[str]]) -> str:
+    return "[PLAN " + "/".join("+".join(names) for names in rounds) + "]"
+
+
+PLANS = [[]] + [[a] for a in ROUND_CALLS] + [[a, [b]] for a in ROUND_CALLS for b in NODES]
+PLAN_SCRIPT = [
+    {
+        "match": plan_code(rounds),
+        "replies": [f"Calling.\n{calls(names)}" for names in rounds] + ["DONE. Answer: \\boxed{4}"],
+    }
+    for rounds in sorted(PLANS, key=len, reverse=True)  # "[PLAN n0]" is no substring of another code
+]
+"""One rule per plan: an agent whose system prompt holds a plan's code calls what it says, one round
+per reply, then answers (a reply past the last repeats the answer)."""
+
+
+@pytest.fixture(scope="module")
+def plan_server() -> Iterator[DevServer]:
+    with devserver_in_thread("scripted", script=PLAN_SCRIPT) as running:
+        running.hooks.record_replies = True
+        yield running
+
+
+def system_prompt(name: str, rounds: list[list[str]]) -> str:
+    return f"{plan_code(rounds)} AGENT-{name}: do your part."
+
+
+@st.composite
+def trees(draw: st.DrawFn) -> tuple[list[tuple[str, str, bool]], dict[str, list[list[str]]], list[str]]:
+    """Sub-agents n0..nk (each under main or an earlier one), what each agent calls per reply (one
+    child or two in parallel, then one), and the frozen ones."""
+    count = draw(st.integers(1, len(NODES)))
+    tree = []
+    for k in range(count):
+        parent = draw(st.sampled_from(["main", *NODES[:k]]))
+        tree.append((NODES[k], parent, draw(st.booleans())))
+    rounds: dict[str, list[list[str]]] = {}
+    for name in ["main", *[n for n, _, _ in tree]]:
+        children = [n for n, parent, _ in tree if parent == name]
+        turns = draw(st.integers(1 if name == "main" else 0, 2)) if children else 0
+        rounds[name] = []
+        if turns:
+            first = draw(st.lists(st.sampled_from(children), min_size=1, max_size=2))
+            rounds[name] = [first, [draw(st.sampled_from(children))]][:turns]
+    frozen = draw(st.lists(st.sampled_from([n for n, _, _ in tree]), unique=True, max_size=2))
+    return tree, rounds, frozen
+
+
+@settings(
+    max_examples=15, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck)
+)
+@given(example=trees())
+def test_every_agents_sampled_outputs_are_trained_once_in_a_fresh_render_of_its_conversation(
+    qwen3_tokenizer: Any, plan_server: DevServer, example: Any
+) -> None:
+    """Any tree of agents as tools (nested, parallel calls, preserve_context or not, some frozen): each
+    output of a trained agent is in exactly one sample with mask 1 after the ids it was sampled from;
+    a frozen agent's in none; each output of a sample follows a fresh chat-template render of its
+    agent's conversation before it."""
+    tree, rounds, frozen = example
+    plan_server.clear_request_log()
+    asyncio.run(_tree_episode(qwen3_tokenizer, plan_server, tree, rounds, frozen))
+
+
+async def _tree_episode(tokenizer: Any, dev: DevServer, tree: Any, rounds: Any, frozen: list[str]) -> None:
+    index = len(TREES) + 100
+    TREES[index] = tree
+    PLANNED[index] = rounds
+    args = make_args(dev.url, {"tool_factories": [f"{__name__}.tree_tools"], "frozen": frozen or ["none"]})
+    args.strands_slime["system_prompt"] = system_prompt("main", rounds["main"])
+    samples = await generate(args, new_sample("Solve PROP", index=index), sampling_params(OPTIONS))
+    frozen_outputs = sum(
+        any(f"AGENT-{name}:" in tokenizer.decode(ids) for name in frozen) for ids, _ in sampled(dev)
+    )
+    assert all(s.status == Sample.Status.COMPLETED for s in samples), samples[0].metadata
+    assert_trained_once(samples, dev, untrained=frozen_outputs)
+    episode = EPISODES.pop(index)
+    templater = episode.model.templater
+    assert samples[0].metadata["agent"] == "main"
+    assert not {s.metadata["agent"] for s in samples} & set(frozen)
+    for sample in samples:
+        agent, number = sample.metadata["agent"], sample.metadata["agent_segment"]
+        if agent == "main":
+            transcript, specs = episode.model.transcript(), episode.agent.tool_registry.get_all_tool_specs()
+        else:
+            transcript, specs = SNAPSHOTS[(index, agent)][number]
+        assert_fresh_render(tokenizer, templater, sample, transcript, tool_specs_to_template_tools(specs))
+
+
+def assert_fresh_render(tokenizer: Any, templater: Any, sample: Sample, transcript: Any, tools: Any) -> None:
+    """Before each output of ``sample``: the template's render of the conversation up to that output
+    (with its generation prompt); the output: the assistant message's text."""
+    prompt_length = len(sample.tokens) - sample.response_length
+    assistants = [i for i, message in enumerate(transcript) if message["role"] == "assistant"]
+    outputs = [(start, end) for value, start, end in mask_runs(sample.loss_mask) if value == 1]
+    assert len(outputs) == len(assistants), "one output per assistant turn of the agent"
+    for position, (start, _) in zip(assistants, outputs, strict=True):
+        rendered = templater.render(transcript[:position], tools, add_generation_prompt=True)
+        assert tokenizer.decode(sample.tokens[: prompt_length + start]) == rendered
