@@ -1,0 +1,148 @@
+"""Several agents per episode through slime's own rollout code (commit 624b824): a solver that calls a
+verifier sub-agent sharing its weights, uneven sample counts per episode, slime's reward on every
+sample, GRPO normalization that counts an episode once, the dynamic-sampling filter, conversion to
+training data, and the refusal under ``--partial-rollout``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import slime_harness
+
+from strands_slime.config import ConfigError
+from strands_slime.devserver import DevServer
+
+pytestmark = pytest.mark.integration
+
+VERIFIER_PROMPT = "You verify a proposed answer. Reply VERIFIED or WRONG."
+
+
+def verify(text: str) -> str:
+    return "<tool_call>\n" + json.dumps({"name": "verifier", "arguments": {"input": text}}) + "\n</tool_call>"
+
+
+SCRIPT = [
+    {"match": VERIFIER_PROMPT, "replies": ["<think>\nChecking.\n</think>\n\nVERIFIED"]},
+    {"match": "ONCEQ", "replies": [verify("is 34 right?"), "Answer: \\boxed{34}"]},
+    {"match": "TWICEQ", "replies": [verify("is 5 right?"), verify("sure?"), "Answer: \\boxed{5}"]},
+    {"match": "NEVERQ", "replies": ["Answer: \\boxed{7}"]},
+]
+AGENTS = {
+    "strands_slime": {
+        "tools": [],
+        "client": {"max_retries": 0},
+        "agents": {
+            "subagents": [
+                {
+                    "name": "verifier",
+                    "description": "Checks a proposed answer.",
+                    "system_prompt": VERIFIER_PROMPT,
+                }
+            ]
+        },
+    }
+}
+NORMALIZE = ("--custom-reward-post-process-path", "strands_slime.rollout.fanout.normalize_by_group_index")
+
+
+@pytest.fixture(autouse=True)
+def slime() -> Iterator[None]:
+    slime_harness.load_slime()
+    slime_harness.reset_slime_state()
+    yield
+    slime_harness.reset_slime_state()
+
+
+@pytest.fixture
+async def router() -> AsyncIterator[str]:
+    async with (
+        DevServer("scripted", script=SCRIPT) as engine,
+        slime_harness.router_in_front_of(engine) as url,
+    ):
+        yield url
+
+
+def make_args(router: str, tmp_path: Path, rows: list[tuple[str, str]], *flags: str) -> Any:
+    from slime.utils.http_utils import init_http_client
+
+    data = slime_harness.write_prompts(tmp_path / "prompts.jsonl", rows)
+    args = slime_harness.slime_args(router, data, *flags, custom=AGENTS)
+    init_http_client(args)
+    return args
+
+
+async def rollout(args: Any) -> list[list[Any]]:
+    from slime.rollout.data_source import RolloutDataSourceWithBuffer
+    from slime.rollout.sglang_rollout import generate_rollout_async
+
+    output, aborted = await generate_rollout_async(args, 0, RolloutDataSourceWithBuffer(args).get_samples)
+    assert aborted == []
+    return output.samples
+
+
+async def test_uneven_agent_samples_through_slimes_rollout_to_train_data(router: str, tmp_path: Path) -> None:
+    from slime.observability.rollout_data_utils import validate_rollout_id_annotated
+
+    args = make_args(
+        router,
+        tmp_path,
+        [("ONCEQ: 17 times two?", "34"), ("TWICEQ: two plus three?", "5"), ("NEVERQ: two plus three?", "5")],
+        "--rollout-batch-size",
+        "3",
+        "--n-samples-per-prompt",
+        "2",
+        "--dynamic-sampling-filter-path",
+        "strands_slime.rollout.filters.drop_groups_with_infra_failures",
+        *NORMALIZE,
+    )
+    groups = await rollout(args)
+    validate_rollout_id_annotated(groups)
+    episodes = [episode for group in groups for episode in group]
+    assert all(isinstance(episode, list) for episode in episodes), "sub-agents configured: always a list"
+    counts = {episode[0].prompt[0]["content"][:6]: len(episode) for episode in episodes}
+    assert counts == {"ONCEQ:": 2, "TWICEQ": 3, "NEVERQ": 1}, "one sample per agent segment"
+    for episode in episodes:
+        assert [s.metadata["agent"] for s in episode] == ["main"] + ["verifier"] * (len(episode) - 1)
+        assert len({s.rollout_id for s in episode}) == 1 and episode[0].rollout_id is not None
+        assert len({json.dumps(s.reward, sort_keys=True) for s in episode}) == 1, "the episode's reward"
+        for sample in episode:
+            assert sample.response_length == len(sample.loss_mask) == len(sample.rollout_log_probs) >= 1
+            assert sample.status.name == "COMPLETED"
+    samples = [sample for episode in episodes for sample in episode]
+    rewards = {s.metadata["agent"] + s.prompt[0]["content"][:6]: s.reward for s in samples}
+    assert rewards["mainONCEQ:"] == rewards["verifierONCEQ:"] == 1.0 and rewards["mainNEVERQ"] < 1.0
+    train = slime_harness.train_data(args, samples)
+    assert len(train["tokens"]) == 12
+    # every group has two identical episodes: zero advantage everywhere, whatever the sample counts
+    assert train["rewards"] == pytest.approx([0.0] * 12)
+    sums = dict(zip(train["rollout_ids"], train["rollout_mask_sums"], strict=True))
+    twice = next(e for e in episodes if len(e) == 3)
+    assert sums[twice[0].rollout_id] == sum(sum(s.loss_mask) for s in twice), "an episode is one rollout"
+
+
+async def test_the_episode_counts_once_in_its_group(router: str, tmp_path: Path) -> None:
+    """Two episodes of one prompt with different rewards and sample counts: each counts once."""
+    from strands_slime.rollout.fanout import normalize_by_group_index
+
+    args = make_args(
+        router, tmp_path, [("ONCEQ: 17 times two?", "34")], "--n-samples-per-prompt", "2", *NORMALIZE
+    )
+    (group,) = await rollout(args)
+    first, second = group
+    for sample in first:
+        sample.reward = 0.0  # as if the first episode were wrong
+    second.append(second[-1])  # and the second had one more verifier sample
+    samples = [*first, *second]
+    _, advantages = normalize_by_group_index(args, samples)
+    assert advantages[: len(first)] == pytest.approx([-0.7071] * len(first), abs=1e-3)
+    assert advantages[len(first) :] == pytest.approx([0.7071] * len(second), abs=1e-3)
+
+
+async def test_sub_agents_are_refused_with_partial_rollout(router: str, tmp_path: Path) -> None:
+    args = make_args(router, tmp_path, [("ONCEQ: 17 times two?", "34")], "--partial-rollout")
+    with pytest.raises(ConfigError, match="--partial-rollout"):
+        await rollout(args)
