@@ -146,3 +146,29 @@ async def test_sub_agents_are_refused_with_partial_rollout(router: str, tmp_path
     args = make_args(router, tmp_path, [("ONCEQ: 17 times two?", "34")], "--partial-rollout")
     with pytest.raises(ConfigError, match="--partial-rollout"):
         await rollout(args)
+
+
+async def test_the_verifier_recipe_runs_offline_against_the_dev_server(tmp_path: Path) -> None:
+    """``configs/strands_math_verifier.yaml`` with the bundled verifier script, as its header says:
+    each episode's solver sample in samples.jsonl, its verifier sample in agent_samples.jsonl."""
+    from strands_slime.cli import RolloutOptions, run_rollout
+
+    package = Path(__file__).resolve().parents[1] / "strands_slime"
+    options = RolloutOptions(
+        data=package / "data" / "demo_problems.jsonl",
+        out=tmp_path / "out",
+        script=package / "data" / "demo_verifier_script.json",
+        config=package / "configs" / "strands_math_verifier.yaml",
+        max_response_len=16384,
+        limit=2,
+        quiet=True,
+    )
+    await run_rollout(options)
+    main = [json.loads(line) for line in (tmp_path / "out" / "samples.jsonl").read_text().splitlines()]
+    subs = [json.loads(line) for line in (tmp_path / "out" / "agent_samples.jsonl").read_text().splitlines()]
+    assert sorted(r["metadata"]["agent"] for r in main) == ["main", "main"]
+    assert sorted(r["metadata"]["agent"] for r in subs) == ["verifier", "verifier"]
+    for sub in subs:
+        solver = next(r for r in main if r["group_index"] == sub["group_index"])
+        assert sub["reward"] == solver["reward"] == 1.0 and sub["metadata"]["parent_agent"] == "main"
+        assert sum(sub["loss_mask"]) > 0 and sub["metadata"]["tool_calls"] == solver["metadata"]["tool_calls"]
