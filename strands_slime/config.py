@@ -221,17 +221,21 @@ class FanoutConfig(BaseModel):
         return self
 
 
-def import_function(path: str, where: str) -> Any:
-    """The function at dotted path ``path`` (``pkg.module.function``); ValueError naming ``where`` if not."""
-    module, _, attribute = path.rpartition(".")
+def import_function(dotted: str, where: str) -> Any:
+    """The function a config names by dotted path (``pkg.module.function``: user code).
+
+    Raises:
+        ConfigError: (a ValueError, so also inside a validator) the module does not import, or the
+            name is no function there; the message starts with ``where``.
+    """
+    module_name, _, attribute = dotted.rpartition(".")
     try:
-        function = getattr(importlib.import_module(module), attribute) if module else None
+        module = importlib.import_module(module_name) if module_name else None
     except ImportError as exc:
-        raise ValueError(f"{where}: {path!r} does not import: {exc}") from exc
-    except AttributeError:
-        function = None
+        raise ConfigError(f"{where}: cannot import {module_name!r} ({exc})") from exc
+    function = getattr(module, attribute, None) if module is not None else None
     if not callable(function):
-        raise ValueError(f"{where}: {path!r} is not a dotted path to a function")
+        raise ConfigError(f"{where}: {dotted!r} is not a function")
     return function
 
 
@@ -705,13 +709,7 @@ def check_eval_config(data: Mapping[str, Any], *, source: str = "<dict>") -> str
 
 
 def _check_importable(dotted: str, where: str) -> None:
-    module_name, _, attribute = dotted.rpartition(".")
-    try:
-        module = importlib.import_module(module_name) if module_name else None
-    except ImportError as exc:
-        raise ConfigError(f"{where}: cannot import {module_name!r} ({exc})") from exc
-    if module is None or not callable(getattr(module, attribute, None)):
-        raise ConfigError(f"{where}: {dotted!r} is not a function")
+    import_function(dotted, where)
 
 
 def _is_eval_config(data: Mapping[str, Any]) -> bool:

@@ -349,7 +349,7 @@ def test_the_agents_config_is_checked_up_front() -> None:
         ({"train": ["verifier"]}, "must match main"),
         ({"frozen": ["m*"]}, "must not match main"),
         ({"rewards": {"*": "strands_slime.reward.dapo.scoring_text"}}, "matches main"),
-        ({"rewards": {"v": "strands_slime.reward.no_such_function"}}, "not a dotted path to a function"),
+        ({"rewards": {"v": "strands_slime.reward.no_such_function"}}, "is not a function"),
         ({"subagents": [{**VERIFIER, "name": "has space"}]}, "subagents.0.name"),
     ]:
         with pytest.raises(ConfigError, match=message):
