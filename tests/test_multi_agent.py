@@ -176,6 +176,11 @@ async def test_a_nested_sub_agent_is_trained_as_its_own_samples(server: DevServe
     assert all(s.metadata["final_text"].endswith("\\boxed{4}") for s in samples)  # the episode's reward
     assert_trained_once(samples, server)
     # each sub-agent's sample is its own conversation: its system prompt, not the main agent's
+    from strands_slime.rollout.metrics import compute_rollout_metrics
+
+    alone = await generate(args, new_sample("Solve ALONE", index=4), sampling_params(OPTIONS))
+    metrics = compute_rollout_metrics([samples, alone])
+    assert metrics["samples"] == 4 and metrics["tool_calls/mean"] == 0.5, "each episode counted once"
     texts = [server_decode(server, s.tokens) for s in samples]
     assert VERIFIER_PROMPT in texts[1] and VERIFIER_PROMPT not in texts[0] and CHECKER_PROMPT in texts[2]
 
