@@ -172,3 +172,79 @@ async def test_the_verifier_recipe_runs_offline_against_the_dev_server(tmp_path:
         solver = next(r for r in main if r["group_index"] == sub["group_index"])
         assert sub["reward"] == solver["reward"] == 1.0 and sub["metadata"]["parent_agent"] == "main"
         assert sum(sub["loss_mask"]) > 0 and sub["metadata"]["tool_calls"] == solver["metadata"]["tool_calls"]
+
+
+async def test_the_report_shows_an_episodes_agents_as_a_tree(tmp_path: Path) -> None:
+    """``strands-slime view`` of a run with several agents: the list holds one row per episode; the
+    episode's main sample and each further sample carry the tree of its agents and their segments."""
+    from strands_slime.viewer import write_report
+
+    def record(index: int, agent: str, parent: str | None, segment: int, call: str | None) -> dict[str, Any]:
+        metadata = {
+            "agent": agent,
+            "agent_role": "main" if agent == "main" else "sub",
+            "parent_agent": parent,
+        }
+        metadata |= {"agent_segment": segment, "parent_tool_call": call, "turns": 1, "tool_calls": 0}
+        return {
+            "index": index,
+            "group_index": 0,
+            "sample_index": 0,
+            "prompt": "Q",
+            "label": "4",
+            "tokens": [1, 2, 3],
+            "response_length": 1,
+            "loss_mask": [1],
+            "rollout_log_probs": [-0.5],
+            "reward": 1.0,
+            "status": "completed",
+            "metadata": metadata,
+        }
+
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "samples.jsonl").write_text(json.dumps(record(0, "main", None, 0, None)) + "\n")
+    further = [
+        record(0, "verifier", "main", 0, "call_1"),
+        record(0, "verifier", "main", 1, "call_2"),
+        record(0, "checker", "verifier", 0, "call_3"),
+    ]
+    (out / "agent_samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in further))
+    html = write_report(out).read_text()
+    data = json.loads(
+        html.split('<script type="application/json" id="report-data">', 1)[1].split("</script>", 1)[0]
+    )
+    assert len(data["rows"]) == 1 and len(data["agentRows"]) == 3, "the list holds one row per episode"
+    tree = data["rows"][0]["ag"]
+    assert [(n["a"], n["pa"], n["sg"], n["p"]) for n in tree] == [
+        ("main", None, 0, 0),
+        ("verifier", "main", 0, 1),
+        ("verifier", "main", 1, 2),
+        ("checker", "verifier", 0, 3),
+    ]
+    assert all(row["ag"] == tree for row in data["agentRows"]) and "agentTree(row, position)" in html
+    from chromium import chromium, find_chromium
+
+    executable = find_chromium()
+    if executable is None:
+        return  # the page's data is checked above; tests/test_viewer.py names what installs chromium
+    async with chromium(executable, tmp_path / "profile") as browser:
+        page = await browser.open((out / "report.html").as_uri())
+        await page.wait_for("document.body.dataset.ready === '1'")
+        assert await page.evaluate("document.querySelectorAll('#rows tr').length") == 1
+        await page.evaluate("document.querySelector(`#rows tr[data-p='0']`).click()")
+        await page.wait_for("!!document.querySelector('#detail .agents')")
+        lines = await page.evaluate(
+            "[...document.querySelectorAll('#detail .agent')].map(d => d.textContent)"
+        )
+        assert lines == [
+            "main: segment 0 (shown) ",
+            "└ verifier: segment 0 segment 1 ",
+            "└ checker: segment 0 ",
+        ]
+        await page.evaluate("document.querySelector(`#detail .agents a[data-position='3']`).click()")
+        await page.wait_for("document.querySelector('#detail h2').textContent.includes('checker')")
+        assert (
+            await page.evaluate("document.querySelector('#detail h2').textContent")
+            == "sample 0 · checker segment 0"
+        )
