@@ -221,6 +221,145 @@ class FanoutConfig(BaseModel):
         return self
 
 
+def import_function(dotted: str, where: str) -> Any:
+    """The function a config names by dotted path (``pkg.module.function``: user code).
+
+    Raises:
+        ConfigError: (a ValueError, so also inside a validator) the module does not import, or the
+            name is no function there; the message starts with ``where``.
+    """
+    module_name, _, attribute = dotted.rpartition(".")
+    try:
+        module = importlib.import_module(module_name) if module_name else None
+    except ImportError as exc:
+        raise ConfigError(f"{where}: cannot import {module_name!r} ({exc})") from exc
+    function = getattr(module, attribute, None) if module is not None else None
+    if not callable(function):
+        raise ConfigError(f"{where}: {dotted!r} is not a function")
+    return function
+
+
+AGENT_NAME_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
+"""What Strands accepts as a tool name (a sub-agent is a tool of its parent under its own name)."""
+
+
+class SubAgentConfig(BaseModel):
+    """A sub-agent the episode builds and hands its parent as a tool (Strands' ``Agent.as_tool``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(
+        ...,
+        pattern=AGENT_NAME_PATTERN,
+        description="Its name: the tool name its parent calls, and its lane in the episode's record.",
+    )
+    description: str = Field(..., min_length=1, description="What its parent reads about the tool.")
+    system_prompt: str = Field(..., min_length=1, description="The sub-agent's system prompt.")
+    parent: str = Field(
+        "main", description="The agent whose tool it is: main, or another sub-agent (nesting)."
+    )
+    tools: list[Literal["execute_python_code"]] = Field(
+        default_factory=list, description="Its own tools besides its sub-agents (the episode's sandbox)."
+    )
+    base_url: str | None = Field(
+        None,
+        description="Another SGLang server (a frozen model): never trained. None: the policy's server.",
+    )
+    preserve_context: bool = Field(
+        False,
+        description="Keep its conversation across calls (one growing context); false: every call starts "
+        "from an empty history, a new context segment and sample.",
+    )
+
+
+class AgentsConfig(BaseModel):
+    """Several agents in one episode: sub-agents built from this config, and which agents train."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    subagents: list[SubAgentConfig] = Field(
+        default_factory=list,
+        description="Sub-agents handed to their parent as tools. Any: generate returns list[Sample] (one "
+        "per agent segment, sharing rollout_id); needs --custom-reward-post-process-path "
+        "strands_slime.rollout.fanout.normalize_by_group_index; not with --partial-rollout or fully-async.",
+    )
+    tool_factories: list[str] = Field(
+        default_factory=list,
+        description="Dotted paths of functions f(episode) -> list of Strands tools (sync or async), called "
+        "once per episode with the episode running: tools that wrap sub-agents, agents as tools, a Swarm or "
+        "Graph; episode.new_model(name) builds a model of the episode for them.",
+    )
+    train: list[str] = Field(
+        default_factory=lambda: ["*"],
+        min_length=1,
+        description="fnmatch patterns of the agent names trained, among the agents on the policy's server "
+        "(a model on another base_url never trains); must match main.",
+    )
+    frozen: list[str] = Field(
+        default_factory=list,
+        description="fnmatch patterns of agents served by the policy but never trained; must not match main.",
+    )
+    rewards: dict[str, str] = Field(
+        default_factory=dict,
+        description="agent name pattern -> dotted path of an async reward function f(args, sample) (slime's "
+        "custom RM signature), scoring that agent's samples; other agents get the episode's reward.",
+    )
+
+    @model_validator(mode="after")
+    def _a_tree_of_agents(self) -> AgentsConfig:
+        import fnmatch
+
+        names = [agent.name for agent in self.subagents]
+        if "main" in names:
+            raise ValueError("subagents: 'main' is the episode's own agent; pick another name")
+        duplicates = sorted({name for name in names if names.count(name) > 1})
+        if duplicates:
+            raise ValueError(f"subagents: duplicate names {', '.join(duplicates)}")
+        parents = {agent.name: agent.parent for agent in self.subagents}
+        for agent in self.subagents:
+            if agent.parent != "main" and agent.parent not in parents:
+                raise ValueError(
+                    f"subagents: {agent.name}'s parent {agent.parent!r} is neither main nor a sub-agent"
+                )
+            seen, current = {agent.name}, agent.parent
+            while current != "main":
+                if current in seen:
+                    raise ValueError(f"subagents: {agent.name} is its own ancestor (a cycle of parents)")
+                seen.add(current)
+                current = parents[current]
+        if not any(fnmatch.fnmatchcase("main", pattern) for pattern in self.train):
+            raise ValueError("train: the patterns must match main (the episode's own agent always trains)")
+        if any(fnmatch.fnmatchcase("main", pattern) for pattern in self.frozen):
+            raise ValueError(
+                "frozen: the patterns must not match main (the episode's own agent always trains)"
+            )
+        for pattern, path in self.rewards.items():
+            if fnmatch.fnmatchcase("main", pattern):
+                raise ValueError(
+                    f"rewards: {pattern!r} matches main, which the episode's reward (--custom-rm-path) scores"
+                )
+            import_function(path, "rewards")
+        for path in self.tool_factories:
+            import_function(path, "tool_factories")
+        return self
+
+    def trains(self, name: str) -> bool:
+        """Whether the agent ``name`` (on the policy's server) trains."""
+        import fnmatch
+
+        return any(fnmatch.fnmatchcase(name, p) for p in self.train) and not any(
+            fnmatch.fnmatchcase(name, p) for p in self.frozen
+        )
+
+    def reward_path(self, name: str) -> str | None:
+        """The dotted path of the reward function of agent ``name``, or None (the episode's reward)."""
+        import fnmatch
+
+        return next(
+            (path for pattern, path in self.rewards.items() if fnmatch.fnmatchcase(name, pattern)), None
+        )
+
+
 class ExecutorConfig(BaseModel):
     """Where episodes run: in slime's rollout process (default), in N local worker processes, or in N
     Ray actors anywhere on slime's cluster (``backend: ray``)."""
@@ -386,6 +525,7 @@ class RolloutConfig(BaseModel):
         description="Reward preset on samples lost to infrastructure failures (they are removed from training).",
     )
     fanout: FanoutConfig = Field(default_factory=FanoutConfig)
+    agents: AgentsConfig = Field(default_factory=AgentsConfig)
     client: ClientConfig = Field(default_factory=ClientConfig)
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     reward: RewardConfig = Field(default_factory=RewardConfig)
@@ -569,13 +709,7 @@ def check_eval_config(data: Mapping[str, Any], *, source: str = "<dict>") -> str
 
 
 def _check_importable(dotted: str, where: str) -> None:
-    module_name, _, attribute = dotted.rpartition(".")
-    try:
-        module = importlib.import_module(module_name) if module_name else None
-    except ImportError as exc:
-        raise ConfigError(f"{where}: cannot import {module_name!r} ({exc})") from exc
-    if module is None or not callable(getattr(module, attribute, None)):
-        raise ConfigError(f"{where}: {dotted!r} is not a function")
+    import_function(dotted, where)
 
 
 def _is_eval_config(data: Mapping[str, Any]) -> bool:

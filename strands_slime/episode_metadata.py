@@ -155,6 +155,23 @@ class EpisodeMetadata:
     )
     fanout_segment: int | None = _key(None, "fan-out only: this sample's segment number (from 0)")
     fanout_segments: int | None = _key(None, "fan-out only: the episode's number of segments")
+    agent: str | None = _key(
+        None, "several agents only: the agent whose segment this sample is (`main`, or its name)"
+    )
+    agent_role: str | None = _key(None, "several agents only: `main` or `sub`")
+    parent_agent: str | None = _key(
+        None, "several agents only: the agent whose tool call started this segment (None: none did)"
+    )
+    parent_tool_call: str | None = _key(None, "several agents only: the `toolUseId` of that tool call")
+    agent_segment: int | None = _key(
+        None, "several agents only: this segment's number among its agent's segments (from 0)"
+    )
+    agent_samples: int | None = _key(None, "several agents only: the episode's number of samples")
+    reward_track: str | None = _key(
+        None,
+        "several agents only: the agent whose own reward function (`agents.rewards`) scored this sample; "
+        "None: the episode's reward",
+    )
     raw_reward: float | None = _key(
         None,
         "the unshaped score (slime logs it; the zero-std filter reads it); the preset on removed samples",

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from strands_slime.episode_metadata import EpisodeMetadata
-from strands_slime.rollout.run_files import SampleLines, SamplesFileError
+from strands_slime.rollout.run_files import AGENT_SAMPLES, SampleLines, SamplesFileError
 from strands_slime.rollout.run_summary import sample_overview
 
 TEMPLATE = "viewer.html"
@@ -223,6 +223,32 @@ def _heavy(record: Mapping[str, Any], runs: Sequence[int], episode: EpisodeMetad
     return {"tok": record["tokens"], "seg": list(runs), "lp": model_logprobs, "meta": metadata}
 
 
+def _agent(record: Mapping[str, Any]) -> str | None:
+    metadata = record.get("metadata")
+    return metadata.get("agent") if isinstance(metadata, Mapping) else None
+
+
+def _node(record: Mapping[str, Any], position: int) -> dict[str, Any]:
+    """One segment in its episode's agent tree: agent, parent agent, segment number, the tool call
+    that started it and where its sample is in the report."""
+    metadata = record.get("metadata") or {}
+    return {
+        "a": metadata.get("agent"),
+        "pa": metadata.get("parent_agent"),
+        "sg": metadata.get("agent_segment"),
+        "tc": metadata.get("parent_tool_call"),
+        "p": position,
+    }
+
+
+def _tree_node(
+    trees: dict[tuple[Any, Any], list[dict[str, Any]]], record: Mapping[str, Any], position: int
+) -> None:
+    if _agent(record) is not None:
+        key = (record.get("group_index"), record.get("sample_index"))
+        trees.setdefault(key, []).append(_node(record, position))
+
+
 def _pack(value: Any) -> str:
     raw = json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
     return base64.b64encode(gzip.compress(raw, compresslevel=6, mtime=0)).decode("ascii")
@@ -265,6 +291,7 @@ def build_report(
     tokenizer: Any = None,
     summary: Mapping[str, Any] | None = None,
     title: str = "rollout",
+    agent_records: Iterable[Mapping[str, Any]] = (),
 ) -> str:
     """The report's HTML text (see the module docstring). ``records`` is read once, one at a time:
     only the list rows and the compressed chunks are kept.
@@ -274,6 +301,8 @@ def build_report(
         tokenizer: decodes the ids that occur; None shows ids.
         summary: the run's ``summary.json``, shown above the list.
         title: the page title.
+        agent_records: ``agent_samples.jsonl`` records: the further samples of episodes with several
+            agents (or fan-out segments); not in the list, reached from their episode's agent tree.
 
     Raises:
         ReportError: a record is inconsistent, its metadata is not the episode record's shape, or
@@ -287,13 +316,39 @@ def build_report(
         runs, _prompt_length = token_classes(record)
         episode = _episode(record)
         rows.append(_row(position, record, runs, episode))
+        rows[-1]["si"] = record.get("sample_index")
+        if _agent(record) is not None:
+            rows[-1]["node"] = _node(record, position)
         pending.append(_heavy(record, runs, episode))
         token_ids.update(record["tokens"])
         if len(pending) == CHUNK_SIZE:
             chunks.append(_pack(pending))
             pending = []
+    # an episode's agents as a tree: its main sample's node first, then its further samples' (their
+    # heavy data follow the rows' in the chunks; their rows are not in the list)
+    trees: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
+    for row in rows:
+        node = row.pop("node", None)
+        if node is not None:
+            trees.setdefault((row["g"], row["si"]), []).append(node)
+    agent_rows: list[dict[str, Any]] = []
+    for position, record in enumerate(agent_records, start=len(rows)):
+        runs, _prompt_length = token_classes(record)
+        episode = _episode(record)
+        agent_rows.append(_row(position, record, runs, episode))
+        agent_rows[-1]["si"] = record.get("sample_index")
+        pending.append(_heavy(record, runs, episode))
+        token_ids.update(record["tokens"])
+        _tree_node(trees, record, position)
+        if len(pending) == CHUNK_SIZE:
+            chunks.append(_pack(pending))
+            pending = []
     if pending:
         chunks.append(_pack(pending))
+    for row in [*rows, *agent_rows]:
+        tree = trees.get((row["g"], row.pop("si", None)))
+        if tree is not None and len(tree) > 1:
+            row["ag"] = tree
     for row, shown in zip(rows, distinctive_prompts([row["pt"] for row in rows]), strict=True):
         if shown != row["pt"]:
             row["ps"] = shown  # the list's prompt cell; its tooltip and the search keep the whole prompt
@@ -301,6 +356,7 @@ def build_report(
         "title": title,
         "summary": dict(summary) if summary else None,
         "rows": rows,
+        "agentRows": agent_rows,
         "chunkSize": CHUNK_SIZE,
         "chunks": chunks,
         "vocab": _pack(token_texts(tokenizer, token_ids)) if tokenizer is not None else None,
@@ -344,7 +400,15 @@ def write_report(
         tokenizer = load_tokenizer(tokenizer)
     output = output or samples_path.parent / "report.html"
     title = str(summary.get("data")) if summary and summary.get("data") else str(samples_path)
-    html = build_report(iter_samples(samples_path), tokenizer=tokenizer, summary=summary, title=title)
+    agents_path = samples_path.parent / AGENT_SAMPLES
+    agent_records = iter_samples(agents_path) if agents_path.is_file() else ()
+    html = build_report(
+        iter_samples(samples_path),
+        tokenizer=tokenizer,
+        summary=summary,
+        title=title,
+        agent_records=agent_records,
+    )
     output.parent.mkdir(parents=True, exist_ok=True)
     partial = output.with_name(output.name + ".partial")
     partial.write_text(html, encoding="utf-8")

@@ -51,7 +51,7 @@ IMPORTERS_BY_NAME = {"importlib.import_module": 0, "importlib.__import__": 0, "_
 """Functions that import the module their argument names (at that position)."""
 
 NAMES_FROM_DATA = {
-    ("strands_slime.config", "_check_importable"): "the functions an eval config names (user code)",
+    ("strands_slime.config", "import_function"): "the functions a rollout or eval config names (user code)",
     ("strands_slime.sandbox._zygote", "_preload"): "the modules a sandbox config preloads (numpy, sympy)",
     ("strands_slime.sandbox._zygote", "_set_up_paths"): "WORKER_MODULES: standard-library modules",
     (

@@ -60,7 +60,12 @@ def test_configs_command(capsys: pytest.CaptureFixture[str]) -> None:
 
     assert main(["configs"]) == 0
     listed = capsys.readouterr().out.split()
-    assert [Path(p).name for p in listed] == ["eval_aime.yaml", "qwen3_8b_model.sh", "strands_math.yaml"]
+    assert [Path(p).name for p in listed] == [
+        "eval_aime.yaml",
+        "qwen3_8b_model.sh",
+        "strands_math.yaml",
+        "strands_math_verifier.yaml",
+    ]
     assert main(["configs", "strands_math.yaml"]) == 0
     assert capsys.readouterr().out == (ROOT / "configs" / "strands_math.yaml").read_text()
     assert main(["configs", "eval_aime.yaml", "--path"]) == 0

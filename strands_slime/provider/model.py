@@ -108,8 +108,11 @@ class SGLangModel(Model):
         ``abort_check``, ``routing_key``, ``return_logprob``, ``return_routed_experts``, ``request_trace``,
         ``new_segment_on_context_change``, ``persist_tokens``, ``pace``) and the keys :meth:`get_config`
         shows (``params`` is the seed alias of ``sampling_params``). ``recorder``: the episode's, which
-        every model of one episode reports to (a model makes its own without one); ``name``: this model's
-        lane in it."""
+        every model of one episode reports to (without one: the episode's running here, if any, else its
+        own); ``name``: this model's lane in it."""
+        recorder = recorder or Recorder.active() or Recorder()
+        if recorder.model_defaults:  # a model an episode's sub-agent built: the episode's settings
+            settings = {**recorder.model_defaults, **settings}
         wiring = {key: settings.pop(key) for key in WIRING_KEYS if key in settings}
         config = checked_config(
             settings,
@@ -130,7 +133,7 @@ class SGLangModel(Model):
         self.templater: ChatTemplater = get_templater(tokenizer, **{k: self.config[k] for k in TEMPLATE_KEYS})
         self.tool_parser = get_tool_parser(tool_parser or self.templater.family.tool_parser)
         self.wiring = Wiring(**wiring)
-        self.lane: Lane = (recorder or Recorder()).join(name)
+        self.lane: Lane = recorder.join(name, self.client.base_url)
         """This model's part of the episode's record: trajectory, closed segments, cut call, counters."""
         self.window = ContextWindow()
         self.history = EpisodeHistory()

@@ -12,6 +12,9 @@ explicit plugin instead of something the model installs behind the caller's back
   nothing before its own last output (it keeps the tokens), so an ``InvokeModelStage.Input``
   middleware hands it only the messages from there on; ``agent.messages`` keeps the whole history, and
   when an OpenTelemetry span records, the call is left whole so traces show every message.
+* **Sub-agents know who called them.** While one of the agent's tool calls runs, its name and
+  ``toolUseId`` are published to the context (:meth:`~strands_slime.provider.recorder.Lane.tool_call_started`):
+  a sub-agent's model that starts a context segment under it records that call as its origin.
 * **Edits to the history are found.** When each invocation starts, ``agent.messages`` is checked
   against the messages the model read (one pass over the history per invocation, none per turn): an
   edit, a cleared or cut history is then not silently ignored (the model's next call starts a new
@@ -26,7 +29,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from strands.hooks import BeforeInvocationEvent, BeforeToolCallEvent
+from strands.hooks import AfterToolCallEvent, BeforeInvocationEvent, BeforeToolCallEvent
 from strands.plugins import Plugin
 
 from strands_slime.runtime import get_runtime
@@ -77,6 +80,7 @@ class TITOPlugin(Plugin):
         self.model.history.attached.add(agent)
         agent.add_hook(self.check_history, BeforeInvocationEvent)
         agent.add_hook(self.answer_malformed_tool_calls, BeforeToolCallEvent)
+        agent.add_hook(self.end_tool_call, AfterToolCallEvent)
         if InvokeModelStage is not None:
             agent.add_middleware(InvokeModelStage.Input, self.send_only_new_messages)
 
@@ -85,10 +89,17 @@ class TITOPlugin(Plugin):
         self.model.check_history(event.agent)
 
     def answer_malformed_tool_calls(self, event: BeforeToolCallEvent) -> None:
-        """Cancel a malformed call with the parser's explanation (an error tool result)."""
-        message = self.model.calls.take_error(str(event.tool_use.get("toolUseId")))
+        """Cancel a malformed call with the parser's explanation (an error tool result); publish the
+        call to the context its tool runs in (what a sub-agent records as its origin)."""
+        tool_use_id = str(event.tool_use.get("toolUseId"))
+        self.model.lane.tool_call_started(tool_use_id)
+        message = self.model.calls.take_error(tool_use_id)
         if message is not None:
             event.cancel_tool = message
+
+    def end_tool_call(self, event: AfterToolCallEvent) -> None:
+        """The tool call ended: its context is back under the call it replaced."""
+        self.model.lane.tool_call_ended(str(event.tool_use.get("toolUseId")))
 
     def send_only_new_messages(self, context: InvokeModelContext) -> InvokeModelContext:
         """Hand the model only the messages from its last output on (its ``messages`` are already

@@ -129,7 +129,7 @@ async def turn_prompt(
         ids, text = await model.renderer.initial(
             model.templater, template_messages, tool_specs, system_prompt
         )
-        lane.first_prompt_ids = token_array(ids)
+        lane.begin_context(token_array(ids))
         if system_prompt:
             template_messages = [{"role": "system", "content": system_prompt}, *template_messages]
         return True, ids, text, template_messages

@@ -8,12 +8,22 @@ outside the history (:meth:`Lane.record_side_call`). The lane owns what follows 
 model's current trajectory and its closed context segments, the output of a call an abort cut short (the
 next call goes on from it), and the counters. Nothing outside ``provider/`` writes a trajectory: the
 rollout asks the lane (resume, fill, fan-out), it does not edit one.
+
+**Several agents per episode.** While an episode runs, its recorder is the *active* one
+(:meth:`Recorder.activate`, a context variable): an ``SGLangModel`` built without ``recorder=`` inside
+the episode (in a tool that wraps a sub-agent, an agent used as a tool, a Swarm or Graph node) joins
+it, with the episode's :attr:`Recorder.model_defaults` (its abort check, budget, ...). Each context
+segment of a lane remembers the tool call it started under (:data:`Origin`: the calling agent's lane
+name and the ``toolUseId``), which the model's plugin publishes while a tool runs
+(:meth:`Lane.tool_call_started`). Reading it costs nothing per turn: once per context segment.
 """
 
 from __future__ import annotations
 
 from array import array
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -22,6 +32,15 @@ from strands_slime.provider.trajectory import TokenTrajectory, token_array
 
 CutCall = tuple[list[int], "array[int]", "array[float]"]
 """(prompt ids, output ids, logprobs) of a call an abort cut short."""
+
+Origin = tuple[str, str]
+"""``(calling agent's lane name, toolUseId)``: the tool call a context segment started under."""
+
+MAIN = "main"
+"""The lane name of the episode's own agent (role ``main``; every other lane's role is ``sub``)."""
+
+_ACTIVE: ContextVar[Recorder | None] = ContextVar("strands_slime_active_recorder", default=None)
+_TOOL_CALL: ContextVar[Origin | None] = ContextVar("strands_slime_tool_call", default=None)
 
 
 @dataclass(slots=True)
@@ -58,13 +77,33 @@ class ModelStats:
 class Lane:
     """One model's part of the episode: its trajectory, closed segments, cut call and counters."""
 
-    __slots__ = ("closed", "continuation", "cut_call", "first_prompt_ids", "name", "stats", "trajectory")
+    __slots__ = (
+        "closed",
+        "closed_origins",
+        "continuation",
+        "cut_call",
+        "first_prompt_ids",
+        "name",
+        "origin",
+        "outer_calls",
+        "server",
+        "stats",
+        "trajectory",
+    )
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, server: str | None = None) -> None:
         self.name = name
+        self.server = server
+        """The base URL of the server this lane's model samples from (what decides whether it trains)."""
         self.trajectory = TokenTrajectory()
         self.closed: list[TokenTrajectory] = []
         """Earlier context segments (``new_segment_on_context_change``), oldest first."""
+        self.origin: Origin | None = None
+        """The tool call the current trajectory started under (None: not under another agent's tool)."""
+        self.closed_origins: list[Origin | None] = []
+        """:attr:`origin` of each closed segment."""
+        self.outer_calls: dict[str, Origin | None] = {}
+        """toolUseId of each running tool call of this lane's agent -> the call it replaced in its context."""
         self.stats = ModelStats()
         self.continuation: CutCall | None = None
         """A call an abort cut short: the next call goes on from its output."""
@@ -75,7 +114,26 @@ class Lane:
 
     def reset(self) -> None:
         """A new episode for this model."""
-        self.__init__(self.name)  # type: ignore[misc]
+        self.__init__(self.name, self.server)  # type: ignore[misc]
+
+    def tool_call_started(self, tool_use_id: str) -> None:
+        """A tool call of this lane's agent runs in this context (Strands runs a call's hooks and its
+        tool in one task): a model that starts a context under it records it as its origin."""
+        outer = _TOOL_CALL.get()
+        _TOOL_CALL.set((self.name, tool_use_id))
+        self.outer_calls.setdefault(tool_use_id, outer)  # a hook that retries the call: keep the first
+
+    def tool_call_ended(self, tool_use_id: str) -> None:
+        """The tool call ended: the context is back under the call it replaced."""
+        if tool_use_id in self.outer_calls:
+            _TOOL_CALL.set(self.outer_calls.pop(tool_use_id))
+
+    def begin_context(self, prompt_ids: array[int]) -> None:
+        """A trajectory starts from these prompt ids (the episode's first, or a new context segment's):
+        it remembers the tool call of another agent it started under."""
+        self.first_prompt_ids = prompt_ids
+        caller = _TOOL_CALL.get()
+        self.origin = caller if caller is not None and caller[0] != self.name else None
 
     # ------------------------------------------------------------------ what a call reports
 
@@ -109,7 +167,9 @@ class Lane:
         """The history changed under the trajectory (fan-out): it becomes a closed segment."""
         if self.trajectory.num_outputs:
             self.closed.append(self.trajectory)
+            self.closed_origins.append(self.origin)
         self.trajectory = TokenTrajectory()
+        self.origin = None
 
     def segments(self) -> list[TokenTrajectory]:
         """What this model trains on, oldest first: the closed segments and the current trajectory
@@ -117,6 +177,18 @@ class Lane:
         if self.closed and not self.trajectory.num_outputs:
             return list(self.closed)
         return [*self.closed, self.trajectory]
+
+    def segment_origins(self) -> list[Origin | None]:
+        """The tool call each of :meth:`segments` started under, in the same order."""
+        closed = [*self.closed_origins, *[None] * (len(self.closed) - len(self.closed_origins))]
+        if self.closed and not self.trajectory.num_outputs:
+            return closed[: len(self.closed)]
+        return [*closed[: len(self.closed)], self.origin]
+
+    @property
+    def role(self) -> str:
+        """``main`` for the episode's own agent, ``sub`` for every other."""
+        return "main" if self.name == MAIN else "sub"
 
     # ------------------------------------------------------------------ a call an abort cut short
 
@@ -194,16 +266,40 @@ class Lane:
 class Recorder:
     """Every model call of one episode, one :class:`Lane` per model, in the order the models joined."""
 
-    __slots__ = ("lanes",)
+    __slots__ = ("lanes", "model_defaults")
 
-    def __init__(self) -> None:
+    def __init__(self, model_defaults: dict[str, Any] | None = None) -> None:
         self.lanes: list[Lane] = []
+        self.model_defaults: dict[str, Any] = model_defaults or {}
+        """``SGLangModel`` settings a model that joins through :meth:`active` gets unless it sets them
+        (the episode's abort check, response budget, ...)."""
 
-    def join(self, name: str | None = None) -> Lane:
-        """A lane for a model of this episode (named ``model-N`` unless ``name`` is given)."""
-        lane = Lane(name or f"model-{len(self.lanes)}")
+    def join(self, name: str | None = None, server: str | None = None) -> Lane:
+        """A lane for a model of this episode: named ``name`` (``model-N`` without one; a name already
+        taken gets ``-2``, ``-3``, ... appended, so that every lane's name is unique)."""
+        base = name or f"model-{len(self.lanes)}"
+        taken = {lane.name for lane in self.lanes}
+        unique, suffix = base, 2
+        while unique in taken:
+            unique, suffix = f"{base}-{suffix}", suffix + 1
+        lane = Lane(unique, server)
         self.lanes.append(lane)
         return lane
+
+    @staticmethod
+    def active() -> Recorder | None:
+        """The recorder of the episode running in this context (:meth:`activate`), or None."""
+        return _ACTIVE.get()
+
+    @contextmanager
+    def activate(self) -> Iterator[Recorder]:
+        """Make this the active recorder here and in the tasks started from here (tool calls,
+        sub-agents): models built without ``recorder=`` join it."""
+        token = _ACTIVE.set(self)
+        try:
+            yield self
+        finally:
+            _ACTIVE.reset(token)
 
 
 def _append_turn(

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import inspect
 import logging
 import random
 import time
@@ -36,14 +37,14 @@ from strands.agent.conversation_manager import (
 from strands.types.exceptions import MaxTokensReachedException
 
 from strands_slime.aborts import AbortedError
-from strands_slime.config import ConfigError, RolloutConfig, get_rollout_config
+from strands_slime.config import ConfigError, RolloutConfig, get_rollout_config, import_function
 from strands_slime.episode_metadata import EpisodeMetadata, write_keys
 from strands_slime.errors import EpisodeEnded, GenerationAborted, find_episode_end
 from strands_slime.provider.chat_families import UnsupportedChatTemplate
 from strands_slime.provider.client_errors import SGLangClientError
 from strands_slime.provider.limits import ToolLimiter
 from strands_slime.provider.model import SGLangModel
-from strands_slime.provider.recorder import Recorder
+from strands_slime.provider.recorder import MAIN, Lane, Origin, Recorder
 from strands_slime.provider.trajectory import TokenTrajectory
 from strands_slime.rollout import pacing, resume, slime_compat
 from strands_slime.rollout.executor import WorkerDied, get_executor, running_executor
@@ -65,6 +66,7 @@ from strands_slime.rollout.sample_fill import (
     wants_top_p,
 )
 from strands_slime.rollout.startup import chat_template, get_client, get_tokenizer, warm_up
+from strands_slime.rollout.subagents import subagent_tools
 from strands_slime.runtime import get_runtime
 
 __all__ = [
@@ -158,6 +160,8 @@ class Episode:
         watcher and the executor read each distinct flag once)."""
         self.fans_out = config.fanout.enabled and not evaluation
         """Fan-out applies to training only: slime's eval metrics count every returned sample."""
+        self.several_agents = bool(config.agents.subagents or config.agents.tool_factories) and not evaluation
+        """Sub-agents train (training only: an evaluation episode runs them but returns its main sample)."""
         self.want_top_p = wants_top_p(args, sampling_params, evaluation)
         self.started = time.perf_counter()
         self.outcome = EpisodeOutcome()
@@ -201,6 +205,7 @@ class Episode:
             ):
                 return self._give_back_resumed()  # aborted again before the resumed episode started
             samples = self._fill_all()
+            await self._score_agents(samples)
             self._save_for_resume()
             return self._fan_out(samples)
 
@@ -214,6 +219,8 @@ class Episode:
             prepare_resume(self.args, self.sample)
         if self.fans_out:
             _check_fanout_args(self.args)
+        if self.several_agents:
+            _check_fanout_args(self.args, "agents.subagents / agents.tool_factories")
 
     async def _play_guarded(self) -> None:
         """:meth:`_play` after the loop's one-time start-up; any failure becomes the outcome."""
@@ -224,7 +231,8 @@ class Episode:
             if self.slime_aborted():
                 self._end(Status.ABORTED, "abort")
             else:
-                await self._play()
+                with self.record.activate():  # models built in the episode's tools join its record
+                    await self._play()
         except (asyncio.CancelledError, ConfigError):
             raise
         except UnsupportedChatTemplate as exc:
@@ -251,6 +259,16 @@ class Episode:
             )
             tool_abort_check = self.tool_results.tool_abort_check
         tools, self.tool_stats = await _build_tools(config, tool_abort_check)
+        self.record.model_defaults = self._sub_model_defaults()
+        for path in config.agents.tool_factories:  # the user's sub-agents, Swarms, Graphs: models join
+            made = import_function(path, "agents.tool_factories")(self)
+            tools = [*tools, *(await made if inspect.isawaitable(made) else made)]
+        if config.agents.subagents:
+            python = tools[0] if "execute_python_code" in config.tools else None
+            if python is None and any(agent.tools for agent in config.agents.subagents):
+                needed = config.model_copy(update={"tools": ["execute_python_code"]})
+                (python,), self.tool_stats = await _build_tools(needed, tool_abort_check)
+            tools = [*tools, *subagent_tools(self, python)]
         messages = self._restore(history) if self.saved is not None else history
         self.agent = Agent(
             model=model,
@@ -276,7 +294,14 @@ class Episode:
             await self._ended_by(exc, user_text)
         else:
             self._end(Status.COMPLETED, model.stats.last_finish_reason or "stop")
-        model.lane.settle()  # a cut call the episode never got to goes back into the trajectory
+        for lane in self.record.lanes:
+            lane.settle()  # a cut call the episode never got to goes back into the trajectory
+            if (
+                lane is not model.lane
+                and lane.cut_call is not None
+                and self.outcome.status is not Status.ABORTED
+            ):
+                self._end(Status.ABORTED, "abort")  # the server aborted a sub-agent's call: the episode's
 
     def _build_model(self) -> SGLangModel:
         args, config = self.args, self.config
@@ -286,8 +311,8 @@ class Episode:
             config.tool_parser,
             get_client(args, config),
             recorder=self.record,
-            name="main",
-            abort_check=self.abort_check,
+            name=MAIN,
+            abort_check=self.sub_agent_abort_check if self.several_agents else self.abort_check,
             routing_key=_routing_key(args, self.sample, config),
             return_routed_experts=bool(getattr(args, "use_rollout_routing_replay", False)),
             request_trace=slime_compat.request_trace(self.sample),
@@ -302,6 +327,45 @@ class Episode:
             context_window_limit=context_limit,
             min_reply_tokens=config.min_reply_tokens,
         )
+
+    def _sub_model_defaults(self) -> dict[str, Any]:
+        """What every other model of the episode gets unless it sets it: the episode's abort check,
+        budget, sampling parameters and chat settings; a new context segment whenever its agent's
+        history restarts (an agent-as-tool starts each call from an empty history)."""
+        args, config = self.args, self.config
+        response_budget, context_limit = _budgets(args, config, self.sampling_params, self.evaluation)
+        return {
+            "abort_check": self.abort_check,
+            "return_routed_experts": bool(getattr(args, "use_rollout_routing_replay", False)),
+            "new_segment_on_context_change": True,
+            "persist_tokens": False,
+            "pace": pace,
+            "sampling_params": dict(self.sampling_params),
+            "chat_family": config.chat_family,
+            "enable_thinking": config.enable_thinking,
+            "chat_template": chat_template(config),
+            "max_response_tokens": response_budget,
+            "context_window_limit": context_limit,
+            "min_reply_tokens": config.min_reply_tokens,
+        }
+
+    def new_model(self, name: str, base_url: str | None = None, **settings: Any) -> SGLangModel:
+        """A model for another agent of this episode (for ``agents.tool_factories``): the episode's
+        tokenizer, tool parser and client (or a client of ``base_url``: a frozen model), in its record
+        under ``name`` with its model defaults; ``settings`` override them."""
+        return SGLangModel(
+            self.tokenizer,
+            self.config.tool_parser,
+            get_client(self.args, self.config, base_url),
+            recorder=self.record,
+            name=name,
+            **settings,
+        )
+
+    def sub_agent_abort_check(self) -> bool:
+        """slime's flag, or a sub-agent's call the server aborted: either stops every agent of the episode
+        (the main agent would otherwise go on after its tool reported the abort as an error)."""
+        return bool(self.abort_check()) or any(lane.cut_call is not None for lane in self.record.lanes)
 
     async def _ended_by(self, exc: Exception, user_text: str) -> None:
         """The outcome of an episode the agent loop left with ``exc``."""
@@ -375,17 +439,17 @@ class Episode:
                     args, config, self.abort_check
                 )
                 segments = await executor.run(self, RESUME_FIELDS if resuming else ())
-                result = segments if self.fans_out else sample
+                result = segments if self.returns_list(len(segments)) else sample
             except AbortedError:  # slime aborted while the workers started or were replaced
                 if resuming:  # the episode never went on: the sample keeps its saved part, as in-process
                     return self._give_back_resumed()
                 self._end(Status.ABORTED, "abort")
                 self._fill(sample, None)
-                result = [sample] if self.fans_out else sample
+                result = [sample] if self.returns_list(1) else sample
             except WorkerDied as exc:
                 logger.warning("episode failed: %s", exc)
                 fill_dead(args, sample, config, f"WorkerDied: {exc}", self.evaluation, self.want_top_p)
-                result = [sample] if self.fans_out else sample
+                result = [sample] if self.returns_list(1) else sample
             seconds = round(time.perf_counter() - self.started, 6)  # slime's view: shipping included
             for item in result if isinstance(result, list) else [result]:
                 # the worker watched its own copy of the flag; what detects aborts is slime's side's flag
@@ -394,15 +458,74 @@ class Episode:
 
     # ------------------------------------------------------------------ the sample
 
-    def _fill_all(self) -> list[Any]:
-        """Fill the sample, and a copy of it per further fan-out segment."""
+    def trained_segments(self) -> list[tuple[Lane | None, int, TokenTrajectory | None, Origin | None]]:
+        """``(lane, segment number, trajectory, origin)`` of every sample the episode returns, in the
+        documented order: the main agent's segments oldest first, then every other trained agent's, in
+        the order their models joined the episode (each agent's oldest first). An agent trains when it
+        samples from the policy's server (the main model's base URL), ``agents.train`` matches its name
+        and ``agents.frozen`` does not; an agent that sampled nothing has no sample. Evaluation returns
+        the main agent's alone."""
         model = self.model
-        segments: list[TokenTrajectory | None] = [*model.lane.segments()] if model is not None else [None]
+        if model is None:
+            return [(None, 0, None, None)]
+        main = model.lane
+        found: list[tuple[Lane | None, int, TokenTrajectory | None, Origin | None]] = [
+            (main, i, trajectory, origin)
+            for i, (trajectory, origin) in enumerate(
+                zip(main.segments(), main.segment_origins(), strict=True)
+            )
+        ]
+        if self.evaluation:
+            return found
+        agents = self.config.agents
+        for lane in self.record.lanes:
+            if lane is main or lane.server != main.server or not agents.trains(lane.name):
+                continue
+            pairs = zip(lane.segments(), lane.segment_origins(), strict=True)
+            found += [(lane, i, t, origin) for i, (t, origin) in enumerate(pairs) if t.num_outputs]
+        if len(found) > 1:
+            self._check_budget(found)
+        return found
+
+    def _check_budget(
+        self, segments: list[tuple[Lane | None, int, TokenTrajectory | None, Origin | None]]
+    ) -> None:
+        """Every model the episode's defaults reach samples at most the episode's response budget per
+        context segment; a model built with a larger ``max_response_tokens`` of its own would hand slime
+        a longer sample than ``--rollout-max-response-len``: that is a configuration error."""
+        budget = _budgets(self.args, self.config, self.sampling_params, self.evaluation)[0]
+        for lane, number, trajectory, _ in segments:
+            if lane is None or lane.name == MAIN:
+                continue  # the main model is built with the budget
+            if budget and trajectory is not None and trajectory.response_length > budget:
+                name = lane.name
+                raise ConfigError(
+                    f"agent {name!r} segment {number} has a {trajectory.response_length}-token response, over "
+                    f"the episode's budget ({budget}, --rollout-max-response-len): build its SGLangModel "
+                    "without max_response_tokens (it then gets the episode's) or with at most the budget"
+                )
+
+    def _fill_all(self) -> list[Any]:
+        """Fill the sample, and a copy of it per further segment (fan-out, other agents)."""
+        segments = self.trained_segments()
+        if len(segments) > 1 and not self.fans_out and not self.several_agents:
+            _check_fanout_args(self.args, "an episode whose tools build trained sub-agents")
         template = copy.deepcopy(self.sample) if len(segments) > 1 else None
         samples = [self.sample] + [copy.deepcopy(template) for _ in segments[1:]]
-        for current, trajectory in zip(samples, segments, strict=True):
+        agent_keys = self.several_agents or len({id(lane) for lane, *_ in segments}) > 1
+        for current, (lane, number, trajectory, origin) in zip(samples, segments, strict=True):
             try:
                 self._fill(current, trajectory)
+                if agent_keys:
+                    write_keys(
+                        current.metadata,
+                        agent=lane.name if lane is not None else MAIN,
+                        agent_role=lane.role if lane is not None else "main",
+                        parent_agent=origin[0] if origin else None,
+                        parent_tool_call=origin[1] if origin else None,
+                        agent_segment=number,
+                        agent_samples=len(segments),
+                    )
             except ConfigError:
                 raise
             except Exception as exc:  # last line of defence: still a valid, removed sample
@@ -499,16 +622,36 @@ class Episode:
         except Exception as exc:
             logger.debug("could not render the prompt of a failed episode: %s", exc)
 
+    def returns_list(self, count: int) -> bool:
+        """Whether generate returns ``list[Sample]``: always with fan-out or configured sub-agents (slime
+        flattens one shape), and for any episode that ends with more than one sample."""
+        return self.fans_out or self.several_agents or count > 1
+
     def _fan_out(self, samples: list[Any]) -> Any:
-        """The sample, or with fan-out every segment's sample, numbered under one ``rollout_id``."""
-        if not self.fans_out:
+        """The sample, or every segment's sample (fan-out, several agents) under one ``rollout_id``."""
+        if not self.returns_list(len(samples)):
             return self.sample
         sample = self.sample
         rollout_id = sample.index if isinstance(sample.index, int) else random.getrandbits(62)
         for position, current in enumerate(samples):
             current.rollout_id = rollout_id
-            write_keys(current.metadata, fanout_segment=position, fanout_segments=len(samples))
+            if self.fans_out:
+                write_keys(current.metadata, fanout_segment=position, fanout_segments=len(samples))
         return samples
+
+    async def _score_agents(self, samples: list[Any]) -> None:
+        """Score the samples of agents with their own reward function (``agents.rewards``); slime's
+        reward (``--custom-rm-path``) scores the rest, every agent's with the episode's final answer."""
+        rewards = self.config.agents.rewards
+        if not rewards or self.outcome.status is Status.ABORTED:
+            return
+        for current in samples:
+            name = current.metadata.get("agent")
+            path = self.config.agents.reward_path(name) if name and name != MAIN else None
+            if path is None or current.remove_sample:
+                continue
+            current.reward = await import_function(path, "agents.rewards")(self.args, current)
+            write_keys(current.metadata, reward_track=name)
 
     # ------------------------------------------------------------------ resumption (--partial-rollout)
 
@@ -728,13 +871,13 @@ async def _build_tools(config: RolloutConfig, abort_check: Any) -> tuple[list[An
     return [create_python_tool(sandbox, stats=stats, abort_check=abort_check)], stats
 
 
-def _check_fanout_args(args: Any) -> None:
+def _check_fanout_args(args: Any, what: str = "fanout.enabled") -> None:
     """slime's partial-rollout and fully-async loops read ``status`` off each group member, which a
-    fan-out list does not have: an aborted episode would be trained instead of requeued."""
+    list of samples does not have: an aborted episode would be trained instead of requeued."""
     if getattr(args, "partial_rollout", False):
-        raise ConfigError("fanout.enabled does not work with slime's --partial-rollout")
+        raise ConfigError(f"{what} does not work with slime's --partial-rollout")
     if "fully_async" in str(getattr(args, "rollout_function_path", "") or ""):
-        raise ConfigError("fanout.enabled does not work with slime's fully-async rollout")
+        raise ConfigError(f"{what} does not work with slime's fully-async rollout")
 
 
 def _root(exc: BaseException) -> BaseException:

@@ -6,6 +6,11 @@ and the episode's reward. slime's default reward post-processing reshapes reward
 would count an episode once per segment. ``--custom-reward-post-process-path
 strands_slime.rollout.fanout.normalize_by_group_index`` groups by ``group_index`` (the prompt) and counts each
 episode once, then gives every segment its episode's advantage.
+
+The same holds for several agents per episode (``agents.subagents``): every agent's samples share the
+episode's ``rollout_id`` and, by default, its reward, so the episode counts once. An agent scored by
+its own reward function (``agents.rewards``, ``metadata.reward_track`` = its name) is normalized on
+its own track: within the group, over the episodes in which it has samples, each episode once.
 """
 
 from __future__ import annotations
@@ -20,8 +25,9 @@ STD_NORMALIZED_ESTIMATORS = ("grpo", "gspo", "cispo")
 def normalize_by_group_index(args: Any, samples: list[Any]) -> tuple[list[float], list[float]]:
     """``(raw_rewards, rewards)`` in ``samples`` order, as slime's ``_post_process_rewards`` returns.
 
-    A fanned-out episode is several samples with one ``rollout_id``: it counts once in its group's
-    mean and std (slime would count it once per segment), and every segment gets its advantage.
+    A fanned-out or multi-agent episode is several samples with one ``rollout_id``: it counts once in
+    its group's mean and std (slime would count it once per sample), and every sample gets its
+    advantage; an agent with its own reward (``metadata.reward_track``) is normalized on its own track.
 
     Args:
         args: slime's args (``advantage_estimator``, ``rewards_normalization``,
@@ -33,10 +39,10 @@ def normalize_by_group_index(args: Any, samples: list[Any]) -> tuple[list[float]
     if estimator not in GROUP_NORMALIZED_ESTIMATORS or not getattr(args, "rewards_normalization", True):
         return raw, list(raw)
     use_std = estimator in STD_NORMALIZED_ESTIMATORS and getattr(args, "grpo_std_normalization", True)
-    episodes: dict[Any, dict[Any, float]] = {}  # group -> episode -> reward
-    for position, sample in enumerate(samples):
-        episode = sample.rollout_id if sample.rollout_id is not None else ("sample", position)
-        episodes.setdefault(sample.group_index, {}).setdefault(episode, raw[position])
+    episodes: dict[Any, dict[Any, float]] = {}  # (group, reward track) -> episode -> reward
+    keys = [_episode_key(sample, position) for position, sample in enumerate(samples)]
+    for position, (group, episode) in enumerate(keys):
+        episodes.setdefault(group, {}).setdefault(episode, raw[position])
     advantage: dict[tuple[Any, Any], float] = {}
     for group, rewards in episodes.items():
         values = list(rewards.values())
@@ -48,8 +54,11 @@ def normalize_by_group_index(args: Any, samples: list[Any]) -> tuple[list[float]
             centered = [c / (std + 1e-6) for c in centered]
         for episode, value in zip(rewards, centered, strict=True):
             advantage[(group, episode)] = value
-    normalized = []
-    for position, sample in enumerate(samples):
-        episode = sample.rollout_id if sample.rollout_id is not None else ("sample", position)
-        normalized.append(advantage[(sample.group_index, episode)])
-    return raw, normalized
+    return raw, [advantage[key] for key in keys]
+
+
+def _episode_key(sample: Any, position: int) -> tuple[tuple[Any, Any], Any]:
+    """``((group, reward track), episode)``: samples of one episode on one track count once."""
+    episode = sample.rollout_id if sample.rollout_id is not None else ("sample", position)
+    metadata = getattr(sample, "metadata", None) or {}
+    return (sample.group_index, metadata.get("reward_track")), episode

@@ -82,6 +82,8 @@ def compute_rollout_metrics(samples: Iterable[Any]) -> dict[str, float]:
     if not flat:
         return {}
     metas: list[Mapping[str, Any]] = [getattr(s, "metadata", None) or {} for s in flat]
+    # another agent's sample carries its episode's record: the episode counts once, through its main
+    metas = [meta for meta in metas if meta.get("agent") in (None, "main")] or metas
     n = len(flat)
     metrics: dict[str, float] = {"samples": float(n)}
     for key, spec in metric_specs().items():

@@ -30,6 +30,7 @@ from urllib.parse import urlparse
 
 from strands_slime.episode_metadata import EpisodeMetadata
 from strands_slime.rollout.run_files import (
+    AGENT_SAMPLES,
     LOG,
     RunDir,
     RunDirError,
@@ -596,6 +597,9 @@ async def _run(options: RolloutOptions, run_dir: RunDir) -> dict[str, Any]:
             run_logging(options.out / LOG, monitor),
         ):
             run_dir.record_settings(settings)
+            extra_path = options.out / AGENT_SAMPLES
+            if not options.resume:
+                extra_path.unlink(missing_ok=True)  # what an earlier run there wrote
 
             async def one(group_index: int, k: int) -> None:
                 row = rows[group_index]
@@ -610,13 +614,20 @@ async def _run(options: RolloutOptions, run_dir: RunDir) -> dict[str, Any]:
                 async with semaphore:
                     if abort_event.is_set():
                         return
-                    await generate(args, sample, params, evaluation=options.evaluation)
-                    if sample.reward is None and status_name(sample) != "aborted":
-                        sample.reward = await reward_func(args, sample)
+                    result = await generate(args, sample, params, evaluation=options.evaluation)
+                    # fan-out and several agents: every sample of the episode, the episode's own first
+                    samples = result if isinstance(result, list) else [sample]
+                    for each in samples:
+                        if each.reward is None and status_name(each) != "aborted":
+                            each.reward = await reward_func(args, each)
                 if status_name(sample) == "aborted":  # only a stop aborts here; rerun it on --resume
                     return
                 record = sample_record(sample, k)
                 _append(output, record)
+                if len(samples) > 1:  # the summary counts episodes: the others go next to it
+                    with extra_path.open("a", encoding="utf-8") as extra_output:
+                        for each in samples[1:]:
+                            _append(extra_output, sample_record(each, k))
                 ran.append(record)
                 monitor.sample_finished(record)
                 if monitor.stop_reason:

@@ -25,6 +25,10 @@ from pathlib import Path
 from typing import Any, TextIO
 
 SAMPLES = "samples.jsonl"
+AGENT_SAMPLES = "agent_samples.jsonl"
+"""The further samples of episodes that return several (other agents' segments, fan-out segments), one
+line each as in ``samples.jsonl`` (``group_index`` and ``sample_index`` name their episode), appended
+as each episode finishes; ``samples.jsonl`` keeps each episode's first sample, which the summary counts."""
 SUMMARY_JSON = "summary.json"
 SUMMARY_MD = "summary.md"
 REPORT = "report.html"

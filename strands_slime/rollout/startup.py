@@ -127,13 +127,15 @@ async def once_per_loop(
 # ---------------------------------------------------------------------- the process's resources
 
 
-def get_client(args: Any, config: RolloutConfig) -> SGLangClient:
-    """One client per router URL and client settings; it works on any event loop. It decodes replies
-    with garbage collection deferred (``rollout.gc_policy``)."""
+def get_client(args: Any, config: RolloutConfig, base_url: str | None = None) -> SGLangClient:
+    """One client per router URL (slime's, or ``base_url``: a frozen sub-agent's server) and client
+    settings; it works on any event loop. It decodes replies with garbage collection deferred
+    (``rollout.gc_policy``)."""
     settings = config.client
     key = (
-        getattr(args, "sglang_router_ip", None),
-        getattr(args, "sglang_router_port", None),
+        (base_url, None)
+        if base_url is not None
+        else (getattr(args, "sglang_router_ip", None), getattr(args, "sglang_router_port", None)),
         settings.model_dump_json(),
     )
     clients = get_runtime().clients
@@ -151,7 +153,11 @@ def get_client(args: Any, config: RolloutConfig) -> SGLangClient:
         }
         if settings.max_connections:
             overrides["max_connections"] = settings.max_connections
-        client = SGLangClient.from_slime_args(args, **overrides)
+        client = (
+            SGLangClient(base_url, **overrides)
+            if base_url is not None
+            else SGLangClient.from_slime_args(args, **overrides)
+        )
         clients[key] = client
     return client
 
