@@ -20,10 +20,12 @@ from strands import Agent, tool
 from strands.multiagent import GraphBuilder, Swarm
 from threaded_app import devserver_in_thread
 
+from benchmarks.devserver_reference import scripted_output_logprobs
+from benchmarks.fault_injection import ReplyRecorder
 from strands_slime import generate
 from strands_slime.cli import RolloutOptions, slime_args
 from strands_slime.config import ConfigError, parse_config
-from strands_slime.devserver import DevServer, scripted_output_logprobs
+from strands_slime.devserver import DevServer
 from strands_slime.provider.chat import tool_specs_to_template_tools
 from strands_slime.provider.model import SGLangModel
 from strands_slime.provider.recorder import Recorder
@@ -111,7 +113,7 @@ CHECKER = {
 @pytest.fixture
 async def server() -> AsyncIterator[DevServer]:
     async with DevServer("scripted", script=SCRIPT) as dev:
-        dev.hooks.record_replies = True
+        dev.hooks.plugins.append(ReplyRecorder())
         yield dev
 
 
@@ -507,7 +509,7 @@ per reply, then answers (a reply past the last repeats the answer)."""
 @pytest.fixture(scope="module")
 def plan_server() -> Iterator[DevServer]:
     with devserver_in_thread("scripted", script=PLAN_SCRIPT) as running:
-        running.hooks.record_replies = True
+        running.hooks.plugins.append(ReplyRecorder())
         yield running
 
 
