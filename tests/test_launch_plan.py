@@ -163,6 +163,22 @@ def test_the_train_command_of_a_pilot_has_eval_off_and_its_own_folder() -> None:
     )
 
 
+def test_a_config_with_several_samples_per_episode_gets_the_episode_normalization() -> None:
+    flag, normalize = (
+        "--custom-reward-post-process-path",
+        "strands_slime.rollout.fanout.normalize_by_group_index",
+    )
+    plain = train_command(_settings(), [], EvalSettings(16, 32768), 4)
+    assert flag not in plain
+    verifier = _settings(ROLLOUT_CONFIG=str(REPO / "configs" / "strands_math_verifier.yaml"))
+    argv = train_command(verifier, [], EvalSettings(16, 32768), 4)
+    assert argv[argv.index(flag) + 1] == normalize
+    own = read_settings(
+        {"ROLLOUT_CONFIG": verifier.rollout_config}, repo_root=REPO, extra_train_args=[f"{flag}=mine.post"]
+    )
+    assert argv.count(flag) == 1 and flag not in train_command(own, [], EvalSettings(16, 32768), 4)
+
+
 def test_ray_token_authentication_follows_the_installed_ray() -> None:
     notes: list[str] = []
     assert ray_auth_enabled("auto", "2.52.0", notes.append) and notes == []

@@ -148,6 +148,17 @@ async def test_sub_agents_are_refused_with_partial_rollout(router: str, tmp_path
         await rollout(args)
 
 
+async def test_sub_agents_without_the_episode_normalization_stop_at_the_first_episode(
+    router: str, tmp_path: Path
+) -> None:
+    """slime's default reward post-processing reshapes by n_samples_per_prompt: with several samples per
+    episode it would train on wrong advantages, so the run stops before any step, naming the flag."""
+    args = make_args(router, tmp_path, [("ONCEQ: 17 times two?", "34")])
+    assert args.custom_reward_post_process_path is None
+    with pytest.raises(ConfigError, match="--custom-reward-post-process-path strands_slime"):
+        await rollout(args)
+
+
 async def test_the_verifier_recipe_runs_offline_against_the_dev_server(tmp_path: Path) -> None:
     """``configs/strands_math_verifier.yaml`` with the bundled verifier script, as its header says:
     each episode's solver sample in samples.jsonl, its verifier sample in agent_samples.jsonl."""

@@ -17,6 +17,26 @@ FILTER_KEEPING_ZERO_STD = "strands_slime.rollout.filters.drop_groups_with_infra_
 FILTER_DROPPING_ZERO_STD = "strands_slime.rollout.filters.drop_infra_failures_and_zero_std"
 
 
+EPISODE_NORMALIZATION = "strands_slime.rollout.fanout.normalize_by_group_index"
+
+
+def episode_normalization_args(settings: LaunchSettings) -> list[str]:
+    """GRPO that counts an episode once, for a rollout config that returns several samples per episode
+    (fan-out, sub-agents): slime's default reshapes rewards by n_samples_per_prompt, which they break,
+    and generate refuses to run without it. A post-processing the user passes after ``--`` wins."""
+    from strands_slime.config import ConfigError, load_config
+
+    flag = "--custom-reward-post-process-path"
+    if any(arg == flag or arg.startswith(flag + "=") for arg in settings.extra_train_args):
+        return []
+    try:
+        config = load_config(settings.rollout_config)
+    except ConfigError:
+        return []  # the rollout-config check has refused the launch with the reason
+    several = config.fanout.enabled or config.agents.subagents or config.agents.tool_factories
+    return [flag, EPISODE_NORMALIZATION] if several else []
+
+
 def checkpoint_dir(settings: LaunchSettings) -> str:
     """Where the job loads and saves: a pilot's own folder (it never resumes or overwrites the run's)."""
     return f"{settings.pilot_dir}/checkpoint" if settings.pilot else settings.save_dir
@@ -150,6 +170,7 @@ def train_command(
         *("--custom-rollout-log-function-path", "strands_slime.rollout.metrics.log_rollout"),
         *("--custom-eval-rollout-log-function-path", "strands_slime.rollout.metrics.log_eval_rollout"),
         *("--custom-config-path", settings.rollout_config),
+        *episode_normalization_args(settings),
     ]
     return [
         *("python3", f"{settings.slime_dir}/train.py"),

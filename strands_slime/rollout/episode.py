@@ -48,6 +48,7 @@ from strands_slime.provider.recorder import MAIN, Lane, Origin, Recorder
 from strands_slime.provider.trajectory import TokenTrajectory
 from strands_slime.rollout import pacing, resume, slime_compat
 from strands_slime.rollout.executor import WorkerDied, get_executor, running_executor
+from strands_slime.rollout.fanout import GROUP_NORMALIZED_ESTIMATORS
 from strands_slime.rollout.gc_policy import GC_THRESHOLDS, gc_policy, tune_gc_once
 from strands_slime.rollout.process_settings import pace, rollout_settings
 from strands_slime.rollout.sample_fill import (
@@ -218,9 +219,9 @@ class Episode:
             self.kept_metadata = dict(self.sample.metadata)
             prepare_resume(self.args, self.sample)
         if self.fans_out:
-            _check_fanout_args(self.args)
+            _check_fanout_args(self.args, evaluation=self.evaluation)
         if self.several_agents:
-            _check_fanout_args(self.args, "agents.subagents / agents.tool_factories")
+            _check_fanout_args(self.args, "agents.subagents / agents.tool_factories", self.evaluation)
 
     async def _play_guarded(self) -> None:
         """:meth:`_play` after the loop's one-time start-up; any failure becomes the outcome."""
@@ -509,7 +510,7 @@ class Episode:
         """Fill the sample, and a copy of it per further segment (fan-out, other agents)."""
         segments = self.trained_segments()
         if len(segments) > 1 and not self.fans_out and not self.several_agents:
-            _check_fanout_args(self.args, "an episode whose tools build trained sub-agents")
+            _check_fanout_args(self.args, "an episode whose tools build trained sub-agents", self.evaluation)
         template = copy.deepcopy(self.sample) if len(segments) > 1 else None
         samples = [self.sample] + [copy.deepcopy(template) for _ in segments[1:]]
         agent_keys = self.several_agents or len({id(lane) for lane, *_ in segments}) > 1
@@ -871,13 +872,29 @@ async def _build_tools(config: RolloutConfig, abort_check: Any) -> tuple[list[An
     return [create_python_tool(sandbox, stats=stats, abort_check=abort_check)], stats
 
 
-def _check_fanout_args(args: Any, what: str = "fanout.enabled") -> None:
+def _check_fanout_args(args: Any, what: str = "fanout.enabled", evaluation: bool = False) -> None:
     """slime's partial-rollout and fully-async loops read ``status`` off each group member, which a
-    list of samples does not have: an aborted episode would be trained instead of requeued."""
+    list of samples does not have: an aborted episode would be trained instead of requeued. slime's
+    default reward post-processing reshapes rewards by ``n_samples_per_prompt``, which several samples
+    per episode break (rollout/fanout.py): a training run without a post-processing of its own stops
+    at its first episode, before a step is trained on wrong advantages."""
     if getattr(args, "partial_rollout", False):
         raise ConfigError(f"{what} does not work with slime's --partial-rollout")
     if "fully_async" in str(getattr(args, "rollout_function_path", "") or ""):
         raise ConfigError(f"{what} does not work with slime's fully-async rollout")
+    group_normalized = getattr(args, "advantage_estimator", "grpo") in GROUP_NORMALIZED_ESTIMATORS
+    if (
+        not evaluation
+        and group_normalized
+        and getattr(args, "rewards_normalization", True)
+        and hasattr(args, "custom_reward_post_process_path")  # slime's (the offline runner trains nothing)
+        and args.custom_reward_post_process_path is None
+    ):
+        raise ConfigError(
+            f"{what} returns several samples per episode, which slime's default reward normalization "
+            "miscounts: add --custom-reward-post-process-path "
+            "strands_slime.rollout.fanout.normalize_by_group_index to slime's arguments"
+        )
 
 
 def _root(exc: BaseException) -> BaseException:
