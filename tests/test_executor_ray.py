@@ -178,6 +178,33 @@ async def test_actors_spread_over_nodes_and_give_the_in_process_result(
 
 
 @shared_loop
+async def test_several_agents_in_a_ray_actor_equal_in_process(ray_cluster: Any) -> None:  # noqa: F811
+    """A multi-agent episode (a verifier sub-agent with a nested checker) run in a Ray actor returns the
+    samples the in-process episode returns: one per agent, same ids, masks, logprobs and metadata."""
+    from test_multi_agent import CHECKER, OPTIONS, VERIFIER, same_across_runs
+    from test_multi_agent import SCRIPT as AGENTS_SCRIPT
+    from test_multi_agent import make_args as agent_args
+    from test_multi_agent import new_sample as agent_sample
+
+    from strands_slime.rollout.offline import sampling_params
+
+    # its own actor, off the module's episode slots (one per node, held by the shared executor)
+    ray_executor = {"executor": {"backend": "ray", "workers": 1, "resources": {"CPU": 0.5}}}
+    results = []
+    async with DevServer("scripted", script=AGENTS_SCRIPT) as dev:
+        for placement in ({}, ray_executor):
+            args = agent_args(dev.url, {"subagents": [VERIFIER, CHECKER]})
+            args.strands_slime.update(placement)
+            results.append(await generate(args, agent_sample("Solve NESTED: 2+2"), sampling_params(OPTIONS)))
+        running = await executor.get_executor(args, get_rollout_config(args))
+        assert running.worker_pids and os.getpid() not in running.worker_pids, "it ran in an actor"
+        await running.close()
+    local, remote = results
+    assert [s.metadata["agent"] for s in remote] == ["main", "verifier", "checker"]
+    assert [same_across_runs(s) for s in remote] == [same_across_runs(s) for s in local]
+
+
+@shared_loop
 async def test_abort_reaches_every_actor_within_100_ms_and_nothing_is_sent_after(
     server: DevServer, actors: executor.EpisodeExecutor
 ) -> None:

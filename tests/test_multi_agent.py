@@ -409,8 +409,6 @@ async def test_slimes_abort_stops_every_agent(server: DevServer) -> None:
 @pytest.mark.integration
 async def test_several_agents_through_a_worker_process_equal_in_process() -> None:
     """The episode executor's worker returns the same samples as the in-process episode."""
-    from test_executor import comparable
-
     from strands_slime.rollout.executor import shutdown_executors
 
     async with DevServer("scripted", script=SCRIPT) as dev:
@@ -423,14 +421,17 @@ async def test_several_agents_through_a_worker_process_equal_in_process() -> Non
     local, remote = results
     assert [s.metadata["agent"] for s in remote] == ["main", "verifier", "checker"]
     assert all(s.metadata["parent_tool_call"] for s in remote[1:])
+    assert [same_across_runs(s) for s in remote] == [same_across_runs(s) for s in local]
 
-    def same(sample: Sample) -> dict[str, Any]:  # the session and the tool-call ids are random per run
-        fields = comparable(sample)
-        fields.pop("session_id")
-        fields["metadata"].pop("parent_tool_call")
-        return fields
 
-    assert [same(s) for s in remote] == [same(s) for s in local]
+def same_across_runs(sample: Sample) -> dict[str, Any]:
+    """What two runs of one episode must agree on (the session and the tool-call ids are random per run)."""
+    from test_executor import comparable
+
+    fields = comparable(sample)
+    fields.pop("session_id")
+    fields["metadata"].pop("parent_tool_call")
+    return fields
 
 
 # ---------------------------------------------------------------------- the property, over random trees
