@@ -16,11 +16,12 @@ import importlib.util
 import json
 import sys
 import types
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 from aiohttp import ClientSession, web
 from slime_upstream import require_slime
 
@@ -165,6 +166,16 @@ def reset_slime_state() -> None:
     SingletonMeta._instances.pop(sglang_rollout.GenerateState, None)
     sglang_rollout.GenerateState.__dict__.get("_instances", {}).clear()
     http_utils._http_client = None
+
+
+@pytest.fixture(autouse=True)
+def fresh_slime() -> Iterator[None]:
+    """slime's code loaded and its rollout singletons fresh around each test, as in a new rollout
+    process. Autouse in every module that imports it by name."""
+    load_slime()
+    reset_slime_state()
+    yield
+    reset_slime_state()
 
 
 def write_prompts(path: Path, rows: list[tuple[str, str]]) -> Path:

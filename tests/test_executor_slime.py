@@ -4,11 +4,12 @@ training-data conversion, with real worker processes (which do not import slime)
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 import slime_harness
+from slime_harness import fresh_slime  # noqa: F401 (autouse: slime fresh around each test)
 from test_slime_integration import SCRIPT, WITH_TOOLS, check_sample, data_source, flatten, rollout
 
 from strands_slime.devserver import DevServer
@@ -18,14 +19,6 @@ from strands_slime.rollout.resume import STATE_KEY
 pytestmark = pytest.mark.slow
 
 EXECUTOR = {"strands_slime": {**WITH_TOOLS["strands_slime"], "executor": {"workers": 1}}}
-
-
-@pytest.fixture(autouse=True)
-def slime() -> Iterator[None]:
-    slime_harness.load_slime()
-    slime_harness.reset_slime_state()
-    yield
-    slime_harness.reset_slime_state()
 
 
 @pytest.fixture

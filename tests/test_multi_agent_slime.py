@@ -6,12 +6,13 @@ training data, and the refusal under ``--partial-rollout``."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import slime_harness
+from slime_harness import fresh_slime  # noqa: F401 (autouse: slime fresh around each test)
 
 from strands_slime.config import ConfigError
 from strands_slime.devserver import DevServer
@@ -47,14 +48,6 @@ AGENTS = {
     }
 }
 NORMALIZE = ("--custom-reward-post-process-path", "strands_slime.rollout.fanout.normalize_by_group_index")
-
-
-@pytest.fixture(autouse=True)
-def slime() -> Iterator[None]:
-    slime_harness.load_slime()
-    slime_harness.reset_slime_state()
-    yield
-    slime_harness.reset_slime_state()
 
 
 @pytest.fixture

@@ -11,13 +11,14 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import slime_harness
 from helpers import tool_call
+from slime_harness import fresh_slime  # noqa: F401 (autouse: slime fresh around each test)
 from test_slime_contract import FIELDS as CONTRACT_FIELDS
 from test_slime_contract import as_plain, b64
 from test_slime_contract import episode as contract_episode
@@ -57,14 +58,6 @@ SCRIPT = [
 ]
 NO_TOOLS = {"strands_slime": {"tools": [], "client": {"max_retries": 0}}}
 WITH_TOOLS = {"strands_slime": {"sandbox": {"timeout_s": 5.0}, "client": {"max_retries": 0}}}
-
-
-@pytest.fixture(autouse=True)
-def slime() -> Iterator[None]:
-    slime_harness.load_slime()
-    slime_harness.reset_slime_state()
-    yield
-    slime_harness.reset_slime_state()
 
 
 @pytest.fixture
