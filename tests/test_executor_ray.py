@@ -59,9 +59,17 @@ pytestmark = pytest.mark.slow
 RUNTIME_KEPT_IN_MODULE = ("executors",)
 """The executor tests share one executor; the ``server`` fixture closes the runtime at the module's end."""
 WORKERS = 2
+ACTOR_TIMEOUT_S = 10
+"""Twice the default: a node of this 2-core test cluster may be starved for seconds while the other test
+worker runs (an actor declared hung at 5.9 s in CI); the frozen node still fails long before Ray's minute."""
 CONFIG = {
     "sandbox": {"timeout_s": 2.0},
-    "executor": {"backend": "ray", "workers": WORKERS, "resources": {"CPU": 1, EPISODE_RESOURCE: 1}},
+    "executor": {
+        "backend": "ray",
+        "workers": WORKERS,
+        "resources": {"CPU": 1, EPISODE_RESOURCE: 1},
+        "actor_timeout_s": ACTOR_TIMEOUT_S,
+    },
 }
 """One actor per node (each node has one ``episode_slot``): a lost node takes exactly one actor, and a
 replacement goes to a node without one."""
@@ -337,13 +345,30 @@ async def test_a_transient_rpc_error_fails_only_the_lost_episode_and_the_actor_l
 
 
 @shared_loop
+async def test_a_stall_of_this_process_is_not_taken_for_a_silent_actor(
+    server: DevServer, actors: executor.EpisodeExecutor
+) -> None:
+    """slime's loop blocked for longer than the deadline (a long GC pause, a CPU-starved driver): the
+    actors answered every heartbeat that was sent, so none is declared dead when the loop runs again."""
+    pids, started = list(actors.worker_pids), actors.stats.workers_started
+    await asyncio.sleep(ACTOR_TIMEOUT_S / 5)  # a heartbeat answered, none outstanding
+    time.sleep(ACTOR_TIMEOUT_S * 1.3)  # noqa: ASYNC251 - the stall under test
+    await asyncio.sleep(ACTOR_TIMEOUT_S / 5 * 1.5)  # the heartbeat's next look at the silence
+    samples = await asyncio.gather(
+        *(generate(ray_args(server.url), new_sample("plain"), dict(PARAMS)) for _ in range(4))
+    )
+    assert all(s.status == Sample.Status.COMPLETED for s in samples), samples
+    assert actors.worker_pids == pids and actors.stats.workers_started == started, "no actor declared dead"
+
+
+@shared_loop
 async def test_a_frozen_node_fails_its_episodes_at_the_deadline_and_an_abort_returns_the_rest(
     server: DevServer,
     actors: executor.EpisodeExecutor,
     ray_cluster: Any,  # noqa: F811
 ) -> None:
     """A node whose raylet and actor are stopped (SIGSTOP) answers nothing, as a hung or partitioned
-    one: its episodes fail after executor.actor_timeout_s (5 s), whatever slime's abort does, not after
+    one: its episodes fail after executor.actor_timeout_s (here 10 s), whatever slime's abort does, not after
     the minute Ray takes to declare the node dead; the other actor's episodes are aborted at once."""
     head = ray_cluster.head_node.node_id
     victim = next(worker for worker in actors._workers.values() if worker.node_id != head)
@@ -380,7 +405,9 @@ async def test_a_frozen_node_fails_its_episodes_at_the_deadline_and_an_abort_ret
         assert f"pid {victim.pid} on node" in reason and "answered no heartbeat and no abort for" in reason, (
             reason
         )
-        assert "(executor.actor_timeout_s=5)" in reason and "its node is hung" in reason, reason
+        assert f"(executor.actor_timeout_s={ACTOR_TIMEOUT_S})" in reason and "its node is hung" in reason, (
+            reason
+        )
     print(f"frozen node: its episodes failed {took:.1f} s after the freeze")
     aborted.clear()
     await wait_until(

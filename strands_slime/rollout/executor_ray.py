@@ -158,6 +158,8 @@ class RayLink:
         self._gone = asyncio.Event()
         self._answered_at = time.monotonic()
         """The last time the actor answered anything (one clock: this process's)."""
+        self._unanswered_pings = 0
+        """Heartbeats sent since the actor last answered: a silence is a death only if they went out."""
         self._unreachable: str | None = None
         """The last transient error since the actor last answered (None: it answers)."""
         self._lost_runs: list[bytes] = []
@@ -238,6 +240,7 @@ class RayLink:
     def _answered(self, call: _Call, payloads: list[bytes] | None) -> list[bytes]:
         """The actor answered: it is reachable; episodes lost meanwhile fail alone."""
         self._answered_at = time.monotonic()
+        self._unanswered_pings = 0
         replies = list(payloads or ())
         if self._unreachable is not None:
             logger.warning("Ray actor %s answers again after: %s", self._name(), self._unreachable)
@@ -272,14 +275,17 @@ class RayLink:
             self._die(f"Ray: its start-up call was lost ({self._unreachable})")
 
     async def _beat(self) -> None:
-        """A heartbeat every ``timeout_s / 5``; ``timeout_s`` without any answer is a death."""
+        """A heartbeat every ``timeout_s / 5``; ``timeout_s`` without any answer to the five heartbeats
+        sent meanwhile is a death. Counting the heartbeats keeps a stall of this process (its loop or
+        its CPU starved: nothing was sent, or the answers wait unread) from passing for the actor's."""
         interval = self.timeout_s / 5
         while self._death is None:
             ref = self.actor.ping.options(concurrency_group=CONTROL_GROUP).remote()
             self._track(ref, _Call("ping", None))
+            self._unanswered_pings += 1
             await asyncio.sleep(interval)
             silent = time.monotonic() - self._answered_at
-            if silent >= self.timeout_s and self._death is None:
+            if silent >= self.timeout_s and self._unanswered_pings >= 5 and self._death is None:
                 self._die(await self._silence_reason(silent))
                 return
 
