@@ -383,11 +383,14 @@ class SGLangModel(Model):
                     "return_routed_experts": True,
                     "routed_experts_start_len": max(0, len(lane.trajectory) - 1),
                 }
-            ids = lane.trajectory.token_ids + token_array(
-                delta + (cut[1].tolist() if cut is not None else [])
-            )
+            delta_ids = token_array(delta)  # converted once: the request and the recorded turn share it
+            ids = lane.trajectory.token_ids + delta_ids
+            if cut is not None:
+                ids += cut[1]
             started = time.perf_counter()
-            extra["check_ids"] = slice(len(lane.trajectory), None)  # the trajectory's ids went out before
+            # Only a cut call's output may hold ids from outside (a resumed sample's): the trajectory's
+            # went out before, and the tokenizer's are below vocabulary_size (at least its length).
+            extra["check_ids"] = slice(len(lane.trajectory) + len(delta_ids), None)
             response = await self._send(ids, params, abort_check, input_len, traced=True, **extra)
         except GenerationAborted:
             if cancelled is None or not cancelled():
@@ -410,10 +413,10 @@ class SGLangModel(Model):
             message = response.finish_reason.message if response.finish_reason else None
             raise GenerationAborted(
                 f"generation aborted by the server ({message or 'no message'})",
-                trajectory=lane.record_cut_call(delta, response, cut),
+                trajectory=lane.record_cut_call(delta_ids, response, cut),
                 queued=response.prompt_tokens is None,
             )
-        lane.record_turn(delta, response, cut)
+        lane.record_turn(delta_ids, response, cut)
         stats.prompt_tokens += response.prompt_tokens or 0
         stats.cached_tokens += response.cached_tokens
         stats.completion_tokens += response.completion_tokens

@@ -137,13 +137,13 @@ class Lane:
 
     # ------------------------------------------------------------------ what a call reports
 
-    def record_turn(self, prompt_ids: list[int], response: Any, cut: CutCall | None = None) -> None:
+    def record_turn(self, prompt_ids: Sequence[int], response: Any, cut: CutCall | None = None) -> None:
         """A call that continues the history: its new prompt ids (mask 0), then what it sampled (mask 1):
         the output of the cut call it goes on from, if any, and the server's reply (with its meta)."""
         _append_turn(self.trajectory, prompt_ids, response, cut)
 
     def record_cut_call(
-        self, prompt_ids: list[int], response: Any, cut: CutCall | None = None
+        self, prompt_ids: Sequence[int], response: Any, cut: CutCall | None = None
     ) -> TokenTrajectory:
         """A call the server aborted: the trajectory with it is held apart (:meth:`keep_cut_call` adopts
         it) and returned, what :class:`~strands_slime.errors.GenerationAborted` reports."""
@@ -303,7 +303,7 @@ class Recorder:
 
 
 def _append_turn(
-    trajectory: TokenTrajectory, prompt_ids: list[int], response: Any, cut: CutCall | None
+    trajectory: TokenTrajectory, prompt_ids: Sequence[int], response: Any, cut: CutCall | None
 ) -> None:
     trajectory.begin_turn()
     trajectory.add_prompt(prompt_ids)

@@ -106,7 +106,10 @@ def checked_token_ids(ids: Any, vocab_size: int | None = None, check: slice | No
     if isinstance(ids, array.array):
         if ids.typecode in "fd":
             return checked_token_ids(ids.tolist(), vocab_size, check)
-        _check_range(_numpy().frombuffer(ids, dtype=_numpy().dtype(ids.typecode)), vocab_size, window)
+        start, stop, step = window.indices(len(ids))
+        if start < stop and step > 0:  # an empty window (a model's usual turn) costs no numpy call
+            numpy = _numpy()
+            _check_range(numpy.frombuffer(ids, dtype=numpy.dtype(ids.typecode)), vocab_size, window)
         return ids
     if type(ids).__module__ == "numpy":
         return _checked_numpy(ids, vocab_size, window)
@@ -227,6 +230,31 @@ def _kind(name: str, ints: frozenset[str], floats: frozenset[str], bools: frozen
     return "int" if name in ints else "float" if name in floats else "bool" if name in bools else None
 
 
+_PLAIN_TYPES = {
+    **dict.fromkeys(INT_FIELDS | INT_PARAMS, (int,)),
+    **dict.fromkeys(FLOAT_PARAMS, (int, float)),
+    **dict.fromkeys(BOOL_FIELDS | BOOL_PARAMS, (bool,)),
+}
+"""The exact Python types that need no conversion, per field (``bool`` is not an ``int`` here)."""
+
+
+def _plain(values: Mapping[str, Any]) -> bool:
+    """Whether every typed field of ``values`` (a body or its ``sampling_params``) already has its exact
+    type or is None: the usual request, checked without a copy. Lists of ids and ``logit_bias`` go the
+    long way."""
+    for name, value in values.items():
+        types = _PLAIN_TYPES.get(name)
+        if types is not None:
+            if value is not None and type(value) not in types:
+                return False
+        elif name == "sampling_params":
+            if isinstance(value, Mapping) and not _plain(value):
+                return False
+        elif name in ("token_ids_logprob", "stop_token_ids", "logit_bias"):
+            return False
+    return True
+
+
 def checked_payload(payload: Mapping[str, Any]) -> dict[str, Any]:
     """``payload`` (the ``/generate`` body less ``input_ids``) with numbers of another type converted to
     the JSON type SGLang accepts, and ``logit_bias`` values made floats.
@@ -235,6 +263,8 @@ def checked_payload(payload: Mapping[str, Any]) -> dict[str, Any]:
         InvalidRequestError: a value that is not of its field's type (e.g. ``return_logprob=1``,
             ``max_new_tokens=2.5``), naming the field.
     """
+    if _plain(payload):
+        return dict(payload)
     out = dict(payload)
     for name, value in payload.items():
         kind = _kind(name, INT_FIELDS, frozenset(), BOOL_FIELDS) or (
