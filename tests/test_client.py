@@ -467,8 +467,10 @@ async def test_reserved_context_tokens_follow_sglang(
     ``SpeculativeAlgorithm.is_eagle()`` reserves ``max(eagle_topk * num_steps, num_draft_tokens)``."""
     fault_server.server_info = info
     async with make_client(fault_server.url) as client:
+        assert client.known_context_length() is None
         assert await client.reserved_context_tokens() == reserved
         assert await client.usable_context_length() == 4096 - reserved
+        assert client.known_context_length() == 4096 - reserved  # every later model call reads it
 
 
 async def test_usable_context_without_server_info(fault_server: FaultServer) -> None:
@@ -476,6 +478,7 @@ async def test_usable_context_without_server_info(fault_server: FaultServer) -> 
         with pytest.raises(SGLangHTTPError):
             await client.reserved_context_tokens()
         assert await client.usable_context_length() == 4096
+        assert client.known_context_length() is None, "without /server_info the next call asks again"
     fault_server.server_info = {"speculative_algorithm": "EAGLE", "speculative_num_steps": "three"}
     async with make_client(fault_server.url) as client:
         with pytest.raises(SGLangDecodingError, match="malformed speculative settings"):

@@ -56,7 +56,11 @@ class ContextWindow:
     ) -> int | None:
         """The limit for the next call (the server's asked once per client, cached by it)."""
         limits = [config.get("context_window_limit")]
-        if config.get("use_server_context_length", True):
+        known = getattr(client, "known_context_length", None)
+        known = known() if known is not None else None
+        if known is not None and config.get("use_server_context_length", True):
+            limits.append(known)
+        elif config.get("use_server_context_length", True):
             try:
                 limits.append(
                     await run_abortable(client.usable_context_length(), abort_check, "the model call")

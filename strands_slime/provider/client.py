@@ -897,5 +897,11 @@ class SGLangClient:
             reserved = await self.reserved_context_tokens()
         except SGLangClientError as exc:
             logger.debug("speculative-decoding settings unavailable (no context reserved): %s", exc)
-            reserved = 0
+            return context  # asked again next time
+        self._cache["usable_context_length"] = context - reserved
         return context - reserved
+
+    def known_context_length(self) -> int | None:
+        """What :meth:`usable_context_length` returned once both its reads succeeded (None before): read
+        at every model call without a task or a loop round trip."""
+        return self._cache.get("usable_context_length")
