@@ -1,11 +1,10 @@
 """Start-up work that must not stall the rollout's event loop, and the process's shared resources.
 
-slime starts every episode of a rollout at the same instant, so whatever an episode does before its
-first real wait runs back to back in one loop iteration (1,024 episodes x 0.5 ms is half a second in
-which no reply is read). :func:`episode_turn` admits episodes in batches of about ``SLICE_S`` per
-iteration; :func:`once_per_loop` runs the loop's one-time start-up before any is admitted;
-:func:`load_once` runs blocking one-time work in a thread, once per process. :func:`get_client`,
-:func:`get_tokenizer` and :func:`warm_up` share the client, tokenizer and template loaded this way.
+slime starts every episode of a rollout at once, so set-up must pass the loop's pacing gate
+(:mod:`strands_slime.rollout.pacing`): :func:`episode_turn` admits episodes in batches per iteration;
+:func:`once_per_loop` runs the loop's one-time start-up before any is admitted; :func:`load_once`
+runs blocking one-time work in a thread, once per process. :func:`get_client`, :func:`get_tokenizer`
+and :func:`warm_up` share the client, tokenizer and template loaded this way.
 """
 
 from __future__ import annotations
