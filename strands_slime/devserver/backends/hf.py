@@ -213,7 +213,8 @@ class _HFGeneration(Generation):
     # ------------------------------------------------------------------ logprob views
 
     def _reported_logprobs(self, logits: torch.Tensor) -> torch.Tensor:
-        """The distribution SGLang reports logprobs from (see the module docstring)."""
+        """The distribution SGLang reports logprobs from: log-softmax of the logits (after penalties and
+        ``logit_bias``, before top-k/top-p/min-p) divided by the temperature; greedy: raw log-softmax."""
         params = self.request.params
         if params.greedy or params.temperature == 1.0:
             return torch.log_softmax(logits, dim=-1)
