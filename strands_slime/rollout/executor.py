@@ -610,11 +610,9 @@ class EpisodeExecutor:
                 await run_abortable(wait, abort_check, "waiting for an executor worker")
 
     async def run(self, episode: Any, kept_fields: tuple[str, ...] = ()) -> Any:
-        """Run ``episode`` (:class:`strands_slime.rollout.episode.Episode`: its args, sample, sampling
-        params, evaluation flag and abort check) in a worker and apply the result onto its sample: a
-        reset attempt, or, with ``kept_fields`` (:data:`strands_slime.rollout.sample_fill.RESUME_FIELDS`),
-        an ABORTED sample whose saved episode goes on (those kept response fields travel with the
-        inputs and the worker resumes it).
+        """Run ``episode`` in a worker and apply the result onto its sample: a reset attempt, or, with
+        ``kept_fields`` (:data:`strands_slime.rollout.sample_fill.RESUME_FIELDS`), an ABORTED sample
+        whose saved episode goes on (the kept fields travel with the inputs).
 
         Returns:
             ``[sample]``, or the fan-out segments with ``sample`` first.
@@ -736,10 +734,7 @@ def running_executor(args: Any, config: RolloutConfig) -> EpisodeExecutor | None
 async def get_executor(args: Any, config: RolloutConfig, abort_check: Any = None) -> EpisodeExecutor:
     """The running executor of this event loop for these ``args`` and this config, started on first use
     (shared by every episode that arrives meanwhile; a failed start is raised to all of them and the
-    next call tries again).
-
-    The executor is held by the runtime (``get_runtime().executors``): ``Runtime.close()``/``reset()``
-    stop its workers.
+    next call tries again). Held by the runtime, whose ``close()``/``reset()`` stop its workers.
 
     Raises:
         ConfigError: a misconfiguration (too many workers, an ``args`` field that cannot be sent, a
