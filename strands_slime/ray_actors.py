@@ -1,12 +1,10 @@
 """What the package's Ray actors share: how they are placed and how their deaths read.
 
-Two parts of the package run on slime's Ray cluster: the episode executor's workers
-(:mod:`strands_slime.rollout.executor_ray`) and the sandbox's actor pool
-(:mod:`strands_slime.sandbox.ray_backend`). Both ask for resources the same way (a mapping of Ray
-resource names: ``CPU``, ``memory`` in bytes, or a custom resource only some nodes have), are never
-restarted or retried by Ray behind our back (an episode or a tool call would run twice), report an
-actor's death in a few words, and are placed the same way: :class:`RayPlacement` (node labels, not the
-head) over :func:`cluster_rooms` (every live node's free resources), pinned with :func:`pinned_to`. ``ray`` itself is imported by the callers, only where it is used.
+The episode executor's workers (:mod:`strands_slime.rollout.executor_ray`) and the sandbox's actor
+pool (:mod:`strands_slime.sandbox.ray_backend`) ask for resources the same way, are never restarted or
+retried by Ray behind our back (an episode or a tool call would run twice), and are placed the same
+way: :class:`RayPlacement` over :func:`cluster_rooms`, pinned with :func:`pinned_to`. ``ray`` itself is
+imported by the callers, only where it is used.
 """
 
 from __future__ import annotations

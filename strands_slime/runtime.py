@@ -1,22 +1,12 @@
 """The process-wide state of strands_slime, with one owner.
 
-slime calls ``generate`` and ``reward_func`` as plain functions, hundreds of times per rollout, so
-what must outlive one call lives here: HTTP clients, loaded tokenizers, chat templaters, rollout
-configs, chat-template files, sandboxes, episode executors (worker processes), math-verify workers, the
-one-time start-up results, the messages already logged, and the garbage-collector tuning. :func:`get_runtime` creates the
-:class:`Runtime` on first use; :meth:`Runtime.close` releases what it holds (clients, sandboxes,
-workers) from async code, :meth:`Runtime.reset` does the same synchronously (tests, interpreter
-exit).
-
-This module imports nothing of the package (every other module may import it); the caches hold
-whatever their users put there and are released by duck typing (``close()``/``kill()``, ``reset()``
-for the objects in :attr:`Runtime.state`). It owns caches, not policies: what the garbage collector
-does during a rollout is decided in :mod:`strands_slime.rollout.gc_policy`, whose state is held here.
-
-State scoped to one event loop (per-loop start-up gates, abort watchers, a client's per-loop
-sessions) stays with its module in ``WeakKeyDictionary``s keyed by the loop, and goes with the loop.
-Pure memoisation of deterministic functions (answer normalisation, grammar compiles) stays in
-``functools`` caches: it holds no resources and cannot go stale.
+slime calls ``generate`` and ``reward_func`` as plain functions, so what must outlive one call
+(clients, tokenizers, templaters, configs, sandboxes, executors, math-verify workers, one-time
+results, the GC tuning's state) lives in the :class:`Runtime` of :func:`get_runtime`. This module
+imports nothing of the package; caches are released by duck typing (``close()``/``kill()``,
+``reset()``). It owns caches, not policies. Per-loop state stays with its module in
+``WeakKeyDictionary``s keyed by the loop; pure memoisation stays in ``functools`` caches (no
+resources, cannot go stale).
 """
 
 from __future__ import annotations
@@ -179,11 +169,8 @@ class Runtime:
     async def close(self) -> None:
         """Release everything and empty every cache; safe to call again or concurrently.
 
-        Clients and the episode executors and sandboxes of the running loop are closed here (executor
-        workers exit; they are killed after a grace period); those of another live loop are closed on
-        that loop (waiting at most 10 s each); those of a closed or stopped loop are killed at once.
-        math-verify workers are stopped off the event loop. The stateful objects of :attr:`state` are
-        reset (the rollout's garbage-collector tuning is undone). A failure to release one resource is logged and the rest still released.
+        Resources of another live loop are closed on that loop (at most 10 s each), those of a closed
+        loop killed at once. A failure to release one resource is logged and the rest still released.
         """
         clients, per_loop, verifiers = self._take_all()
         running = asyncio.get_running_loop()
@@ -204,14 +191,10 @@ class Runtime:
             await _quietly(asyncio.to_thread(verifier.close), "stopping math-verify workers")
 
     def reset(self, *, keep: Iterable[str] = ()) -> None:
-        """Synchronous :meth:`close` for tests and interpreter exit: empty the caches, reset the stateful
-        objects (the GC tuning is undone).
+        """Synchronous :meth:`close` for tests and interpreter exit; from async code prefer ``await close()``.
 
-        A sandbox or an episode executor is closed on its event loop when that loop is idle (a
-        module-scoped test loop between tests; at most 10 s), else killed at once (an executor waits a
-        bounded time for its workers to exit); math-verify workers are stopped. Clients are only dropped: their
-        sessions close with their event loop (``asyncio.run`` closes them at its end). From async code
-        prefer ``await close()``.
+        Sandboxes and executors are closed on their loop when it is idle (at most 10 s), else killed.
+        Clients are only dropped: their sessions close with their event loop.
 
         Args:
             keep: names of caches (:data:`CACHE_NAMES`) left as they are; the test suite keeps the

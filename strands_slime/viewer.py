@@ -1,16 +1,10 @@
 """``strands-slime view``: one self-contained HTML report of a rollout's trajectories.
 
-The page needs no server and no network: the template (``templates/viewer.html``, its own CSS and
-JS, plots drawn as inline SVG) gets the run's data embedded. What every list row needs (index,
-status, reward, lengths, tool calls, per-turn latency) is plain JSON read at load; the heavy part
-(token ids, token classes, logprobs, metadata) is gzip-compressed in chunks of samples and inflated
-by the browser (``DecompressionStream``) only when one of their samples is opened, so 10,000
-samples open at once. Token text comes from a table of the ids that occur, decoded once here with
-the tokenizer; without a tokenizer the page shows the ids.
-
-Failures are first-class: each row carries its failure reason, the run page counts failures by reason
-and its accuracy is over every sample (a failed one counts as wrong, as in the summary); the list is
-searchable (prompt, label, prediction, reason, final answer) and sortable, in sample order.
+The page needs no server and no network: the template (``templates/viewer.html``) gets the run's data
+embedded. List rows are plain JSON; the heavy part (token ids, classes, logprobs, metadata) is
+gzip-compressed in chunks the browser inflates only when one of their samples is opened, so 10,000
+samples open at once. Token text comes from a table of the ids that occur, decoded once here. What
+the page shows: docs/rollout.md, "Trajectory viewer".
 """
 
 from __future__ import annotations

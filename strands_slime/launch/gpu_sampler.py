@@ -3,14 +3,10 @@
     python3 -m strands_slime.launch.gpu_sampler --out FILE [--interval SECONDS] [--node RANK]
 
 One JSON line per sample: ``{"time", "node", "gpus": [{"index", "used_mib", "total_mib", "util"}],
-"apps": [{"gpu", "pid", "used_mib", "role"}]}``. SIGTERM or SIGINT ends it after the current sample.
-The launch script runs one per node during a pilot (``--pilot``); ``strands_slime.launch.pilot``
-reads the files back.
-
-The role comes from the process's command line: Ray titles actor processes ``ray::<Class>.<method>``
-and SGLang its schedulers ``sglang::scheduler...``, so ``rollout`` (SGLang), ``train`` (slime's
-Megatron actors) or ``other``; ``unknown`` when the PID is not visible here (nvidia-smi inside a
-container may report the host's PIDs). Standard library only: it runs in slime's image as is.
+"apps": [{"gpu", "pid", "used_mib", "role"}]}``; SIGTERM or SIGINT ends it after the current sample.
+The role comes from the process's command line (Ray's and SGLang's process titles; ``unknown`` when
+the PID is not visible here). Standard library only: it runs in slime's image as is. The pilot reads
+the files back (docs/training.md, §2.6).
 """
 
 from __future__ import annotations

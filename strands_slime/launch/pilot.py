@@ -1,25 +1,12 @@
 """The launch pilot: measure a few training steps, then project the full run from those numbers.
 
-``scripts/strands_qwen3_8b.sh --pilot`` runs a few steps with eval off, then
-
     python3 -m strands_slime.launch.pilot analyze --log JOB_LOG --out PILOT_DIR [--tensorboard DIR]
         [--gpu-samples FILE ...] --num-rollout N --gpus G [--checkpoint-dir DIR] ...
 
-which writes ``PILOT_DIR/pilot.json`` and ``PILOT_DIR/pilot.md``. Every number comes from what the
-run itself wrote, never from an assumption:
-
-* the Ray job's log: slime's ``perf <id>: {...}`` lines (the rollout manager's rollout time and
-  throughput, the trainer's train, weight-update and step times), our ``strands_slime step <id>:``
-  records (every episode of the step: kept and dropped groups, truncations, aborts; see
-  ``strands_slime.rollout.metrics``), SGLang's scheduler lines (the KV cache's ``token usage``) and
-  slime's ``Memory-Usage`` lines;
-* slime's TensorBoard event files: the logprob gap between SGLang and Megatron
-  (``train/train_rollout_logprob_abs_diff``) is logged nowhere else;
-* ``strands_slime.launch.gpu_sampler``'s nvidia-smi samples of every node (memory per GPU and role);
-* the size of the checkpoint the pilot saved.
-
-What could not be measured is listed under ``missing`` with the reason. ``save-interval`` reads a
-``pilot.json`` back and prints how many steps fit in the hours a crash may cost.
+writes ``PILOT_DIR/pilot.json`` and ``pilot.md``. Every number comes from what the run itself wrote
+(the job log, slime's TensorBoard files, the GPU samples, the checkpoint's size), never from an
+assumption; what could not be measured is listed under ``missing`` with the reason. ``save-interval``
+reads a ``pilot.json`` back. Sources of each number: docs/training.md, §2.6.
 """
 
 from __future__ import annotations

@@ -3,23 +3,10 @@
     python3 -m strands_slime.launch.preflight --gpus 8 [--ray-version 2.52.1] [--wandb-key-required]
         [--router-arg=--router-policy --router-arg=manual ...] [--writable DIR ...] [--notes-only]
 
-One line per problem on stderr, exit 1 when there is any (``--notes-only``: printed as notes, exit 0;
-the launch script's dry run uses it away from the GPU box). On success prints one line with what it
-found (``ray <version>``, the GPU count). Every node runs it, since Ray may place the rollout manager,
-the router, the engines and the trainer's ranks on any node:
-
-* **GPUs**: nvidia-smi lists at least ``--gpus`` (of those ``CUDA_VISIBLE_DEVICES`` leaves).
-* **Ray**: importable here, at the head's version (``--ray-version``; mixed versions do not join).
-* **W&B**: with ``--wandb-key-required`` (the head has a key), ``WANDB_API_KEY`` is set here too,
-  since training ranks on every node log.
-* **The router**: the installed ``sglang_router`` accepts the ``--router-*`` options the job passes,
-  parsed by its own ``RouterArgs`` the way slime adds them (a rejected value fails the job at start).
-* **Storage**: every ``--writable`` directory takes a file (shared checkpoint and pilot folders).
-* **Sandbox isolation** (``--sandbox-config ROLLOUT_CONFIG``): the rollout's sandbox, started here with
-  the config's settings, runs model-written code in its own empty network namespace. Without
-  ``CAP_SYS_ADMIN`` (a ``docker run`` without ``--cap-add SYS_ADMIN``) it falls back to the host network,
-  where model code reaches the router, the engines, the cloud metadata service and the internet: refused
-  unless ``--allow-host-network`` (``SANDBOX_HOST_NETWORK=1``) accepts it, which prints a note instead.
+One line per problem on stderr, exit 1 when there is any (``--notes-only``: printed as notes, exit 0,
+for the dry run away from the GPU box). Every node runs it, since Ray may place any actor on any node.
+What is checked (GPUs, Ray version, W&B key, router options, storage, sandbox network isolation and
+``--allow-host-network``): docs/training.md, §6.
 """
 
 from __future__ import annotations

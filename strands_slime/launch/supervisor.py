@@ -1,26 +1,9 @@
 """The training launch's supervisor: the job's real state from Ray, a progress watchdog, restarts with a budget.
 
-``scripts/strands_qwen3_8b.sh`` starts Ray, then hands the job to
-
-    python3 -m strands_slime.launch.supervisor run --state-file STATE --node-dir DIR ... -- python3 train.py ...
-
-which submits the job with ``ray job submit --no-wait`` and from then on believes only ``ray job status``:
-the submit client's exit code says nothing about the job (Ray exits 0 for a STOPPED job and for a log
-stream that closes while the job runs, and a client-side error says nothing about whether the job
-exists). ``ray job logs --follow`` copies the job's log next to the run state; a follower that closes
-while the job runs is started again.
-
-* **finished** only when Ray says SUCCEEDED *and* the checkpoint of the last step is on disk;
-* before any resubmit, the old job is stopped (``ray job stop``, then its status is read back), then
-  the supervisor waits, with a deadline, until every expected node and GPU is back in the cluster;
-* a **watchdog** stops a job that makes no progress (no new step record, slime ``perf`` line or
-  checkpoint) for ``--watchdog-seconds``, and records why;
-* the restart budget counts restarts within a sliding window (``--restart-window-hours``), so a run that
-  progresses for weeks is not killed by the sixth unrelated crash; a crash loop without a new
-  checkpoint still stops after ``--max-restarts-without-progress``.
-
-Everything it decides goes to ``state.json`` (one owner: this module) and to its log, including what
-it waits for and since when.
+``python3 -m strands_slime.launch.supervisor run --state-file STATE --node-dir DIR ... -- python3 train.py ...``
+submits with ``ray job submit --no-wait`` and from then on believes only ``ray job status``: the submit
+client's exit code says nothing about the job. Everything it decides goes to ``state.json`` (one owner:
+this module) and its log. Rules (finished, watchdog, resubmit, restart budget): docs/training.md, §5.
 """
 
 from __future__ import annotations

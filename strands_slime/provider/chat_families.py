@@ -1,17 +1,11 @@
 """Chat formats (families) that incremental templating supports, and which one a tokenizer uses.
 
-A family says what the chat template cannot: which tokens end a model turn (the stop tokens SGLang
-stops on), which text closes an assistant turn in the template, how tool calls are written (the
-tool parser), and what the template needs before a tool message. It is picked from the chat
-template's text and the tokenizer's vocabulary; ``chat_family=`` overrides the pick.
-
-Recognition is by fingerprint, not by shared tokens: a Jinja family by texts its template has (and
-texts it must not have, to tell it from a look-alike), a template-less family by marker tokens at
-their exact ids (DeepSeek V4 has every token V3.2 has, at other ids, plus its own). Formats that
-look like a supported family but cannot be appended to exactly (QwQ, MiniMax M3, DeepSeek V3/V3.1/R1
-templates) are refused with one line naming them, and so is a template that matches nothing:
-appending with the wrong rules would produce a trajectory that differs from what the model was
-trained to read.
+A family says what the chat template cannot: which tokens end a model turn, which text closes an
+assistant turn, how tool calls are written, and what the template needs before a tool message. It is
+picked by fingerprint from the template's text and the vocabulary (``chat_family=`` overrides it).
+Formats that look supported but cannot be appended to exactly are refused by name, and so is a
+template that matches nothing: appending with the wrong rules would produce a trajectory that differs
+from what the model was trained to read. Families, fingerprints and refusals: docs/provider.md.
 """
 
 from __future__ import annotations

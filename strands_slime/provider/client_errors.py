@@ -89,13 +89,8 @@ class SGLangDecodingError(SGLangClientError):
 
 
 def classify_http_error(status: int, body: str, *, url: str = "", attempts: int = 1) -> SGLangHTTPError:
-    """Map a non-200 reply to the typed error the caller should see.
-
-    Args:
-        status: the HTTP status.
-        body: the reply's body (quoted, shortened, in the message).
-        url: where the request went (named in the message).
-        attempts: how many attempts were made (named in the message when more than one).
+    """Map a non-200 reply to the typed error the caller should see; the message quotes the body and
+    names the URL and, when more than one, the attempts.
 
     Returns:
         :class:`SGLangThrottledError` for 408/429/503, :class:`SGLangHTTPError` (retryable) for other 5xx,

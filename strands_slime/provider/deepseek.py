@@ -1,21 +1,10 @@
 """DeepSeek V3.2's and V4's chat formats, rendered in Python (the models ship Python encoders, not Jinja
 templates).
 
-Written from the formats' facts; DeepSeek's own encoders (``encoding/encoding_dsv32.py``,
-``encoding/encoding_dsv4.py`` in the model repositories) are what ``strands-slime drift
---template-check`` compares these with (:mod:`strands_slime.provider.reference_encoders`).
-
-Both: ``<｜begin▁of▁sentence｜>``, the system prompt with the tools appended as JSON schemas, user turns
-``<｜User｜>…<｜Assistant｜>`` followed by ``<think>`` (thinking) or ``</think>``, assistant turns
-``reasoning</think>content`` with DSML tool calls, closed by ``<｜end▁of▁sentence｜>``. They differ in
-where tool results go and which reasoning is kept:
-
-* **V3.2**: calls in ``<｜DSML｜function_calls>``; results follow the assistant turn as
-  ``<function_results><result>…</result></function_results>`` and a think marker; reasoning is kept
-  only after the last user message.
-* **V4**: calls in ``<｜DSML｜tool_calls>``; results are a user turn of ``<tool_result>…</tool_result>``
-  blocks (a user message right after them joins that turn); with tools every user turn opens
-  ``<think>`` and all reasoning is kept, without tools only the last user turn does.
+Written from the formats' facts; DeepSeek's own encoders are what ``strands-slime drift
+--template-check`` compares these with (:mod:`strands_slime.provider.reference_encoders`). The two
+formats and how they differ (where tool results go, which reasoning is kept): docs/provider.md, the
+chat families' notes on DeepSeek.
 """
 
 from __future__ import annotations

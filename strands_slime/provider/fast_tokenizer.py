@@ -1,22 +1,11 @@
 """An exact, faster encoder for the vocabularies it knows: the optional ``fast-tokenizer`` extra.
 
-Tokenizing tool outputs is about an eighth of the provider's CPU per agent turn with Hugging Face
-``tokenizers`` (docs/benchmarks.md). ``quicktok`` (PyPI ``quicktok-v1``, MIT; a C++ byte-level BPE with
-numpy as its only dependency) encodes Qwen2.5/Qwen3's vocabulary, NFC normalization and added tokens
-included, with the same ids several times faster. It is optional (``pip install
-'strands-slime[fast-tokenizer]'``), and used only where it is exact:
-
-* only for a tokenizer whose vocabulary is the one quicktok encodes, checked once when a templater is
-  built: the same size, the same added tokens at the same ids, and :data:`CHECK_CORPUS` (CJK, emoji,
-  code, whitespace runs, tracebacks, digit runs, decomposed accents, special-token text) encoded to the
-  very ids the Hugging Face tokenizer gives. Anything else falls back to Hugging Face with one INFO line;
-* only for texts of at most :data:`FAST_ENCODE_MAX_CHARS`: quicktok runs on the event loop (it is
-  thread-safe, so no lock or thread hand-off), and longer texts go to Hugging Face in the tokenizer's
-  worker thread, whose batch entry point releases the GIL while it works.
-
-tests/test_fast_tokenizer.py compares both encoders on random strings on every CI run. The wheel also
-carries vocabularies this package never loads (OpenAI's cl100k/o200k and Meta's Llama 3, the latter
-under Meta's licence): see docs/provider.md ("Fast tokenization").
+Tokenizing tool outputs is about an eighth of the provider's CPU per turn; ``quicktok`` encodes the
+Qwen2.5/Qwen3 vocabulary with Hugging Face's very ids several times faster. It is used only where it
+is exact: a vocabulary that matches quicktok's (size, added tokens, :data:`CHECK_CORPUS`), checked
+once per templater, else Hugging Face with one INFO line; and texts of at most
+:data:`FAST_ENCODE_MAX_CHARS`, since it runs on the event loop. Licences, caveats and measurements:
+docs/provider.md, "Fast tokenization".
 """
 
 from __future__ import annotations

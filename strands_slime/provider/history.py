@@ -1,18 +1,12 @@
 """Where the model's outputs sit in the agent's history, and whether a model call continues it.
 
-The token trajectory holds what the model read and sampled, one turn per call. A call continues the
-episode when the history it gets is the history the trajectory was built from, extended by new
-messages, or cut back to right where one of the episode's calls ended (Strands runs that call again:
-a retry, a throttled call, context-overflow recovery), or ending in another message where the model's
-last output was (``agent.cancel()`` replaces an output the agent discarded). Anything else means the
-history changed under the trajectory: a conversation manager compacted it, or code edited, cleared or
-replaced ``agent.messages``. :class:`EpisodeHistory` tells these apart cheaply:
-
-* each recorded output has its position in the history and a signature of what we emitted;
-* each message the model has read has a digest (a stable hash of its role and content, as Strands
-  hands them to a model). A call's messages are digested only where they are new to the model (with
-  the plugin that is the last output and what follows it), so checking a call costs O(new messages);
-  :meth:`EpisodeHistory.verify` checks a whole history (the plugin runs it once per invocation).
+A call continues the episode when its history is the trajectory's, extended by new messages, cut back
+to where one of the episode's calls ended (Strands runs that call again: a retry, context-overflow
+recovery), or ending in another message where the model's last output was (``agent.cancel()``).
+Anything else means the history changed under the trajectory (a conversation manager, or code that
+edited ``agent.messages``). :class:`EpisodeHistory` tells these apart cheaply: outputs keep their
+position and a signature, read messages a digest, and a call digests only the messages new to the
+model, so checking costs O(new messages). See docs/provider.md, "Edits to the history".
 """
 
 from __future__ import annotations

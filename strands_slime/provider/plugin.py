@@ -2,26 +2,11 @@
 
 ``Agent(model=model, plugins=[model.plugin()], ...)``. A model provider cannot reach the agent's hooks
 or middleware through Strands' model API, so what token-in/token-out needs of the agent loop is one
-explicit plugin instead of something the model installs behind the caller's back:
-
-* **Malformed tool calls** (bad JSON, an unknown parameter, a call cut off mid-way) are answered with
-  the parser's explanation as an error tool result (``BeforeToolCallEvent.cancel_tool``). Without the
-  plugin Strands runs the tool with ``{}`` and the model reads Strands' validation error instead.
-* **Only new messages reach the model.** Strands deep-copies, normalizes and (for its tracer)
-  serializes the messages it hands a model on every call: O(history) per turn. The model reads
-  nothing before its own last output (it keeps the tokens), so an ``InvokeModelStage.Input``
-  middleware hands it only the messages from there on; ``agent.messages`` keeps the whole history, and
-  when an OpenTelemetry span records, the call is left whole so traces show every message.
-* **Sub-agents know who called them.** While one of the agent's tool calls runs, its name and
-  ``toolUseId`` are published to the context (:meth:`~strands_slime.provider.recorder.Lane.tool_call_started`):
-  a sub-agent's model that starts a context segment under it records that call as its origin.
-* **Edits to the history are found.** When each invocation starts, ``agent.messages`` is checked
-  against the messages the model read (one pass over the history per invocation, none per turn): an
-  edit, a cleared or cut history is then not silently ignored (the model's next call starts a new
-  context segment or raises ``TrajectoryDesyncError``, naming the cause).
-
-A model used without its plugin stays exact (same ids, mask and logprobs) and says once per process
-what it misses (a WARNING naming ``plugins=[model.plugin()]``).
+explicit plugin instead of something the model installs behind the caller's back: malformed tool calls
+answered with the parser's explanation, only new messages handed to the model (the whole call when an
+OpenTelemetry span records), the running tool call published for sub-agents, and edits of
+``agent.messages`` found once per invocation. A model used without it stays exact and warns once.
+Details: docs/provider.md, "The plugin".
 """
 
 from __future__ import annotations

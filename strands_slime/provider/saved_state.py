@@ -1,19 +1,11 @@
 """The episode's token state inside Strands' own agent state, so a new model resumes it exactly.
 
-Strands hands every model call the agent's ``model_state`` ("runtime state for model providers"),
-writes it back when the call succeeds, and keeps it wherever it keeps the agent: session managers
-(``FileSessionManager``, S3, ...) persist it with the messages, ``agent.take_snapshot()`` includes it,
-checkpoint resumes restore it. The model writes its episode there under :data:`MODEL_STATE_KEY`: the
-trajectory one turn per string (a turn is encoded once, when it is sampled, so a call adds only its
-own turn), and the bookkeeping (``model.state()`` and the digests of the messages read) as one JSON
-string. Strings keep Strands' per-call deep copy of ``model_state`` cheap. By default it does so when
-the agent has a session manager (Strands then passes the session id); otherwise, and with
-``persist_tokens=False``, it writes only a marker with the number of outputs.
-
-A new :class:`~strands_slime.provider.model.SGLangModel` finds it on its first call and goes on with
-the episode: the same ids, mask and logprobs as if nothing had been restored. What cannot be resumed
-exactly is refused (:class:`~strands_slime.errors.TokenStateUnavailable`): a state saved without its
-tokens (``persist_tokens=False``, or no session manager), by another tokenizer or chat template, or in an unknown format.
+Strands keeps the agent's ``model_state`` wherever it keeps the agent (session managers, snapshots,
+checkpoints), so the model writes its episode there under :data:`MODEL_STATE_KEY`: the trajectory one
+turn per string (each turn encoded once, when sampled) and the bookkeeping as one JSON string; strings
+keep Strands' per-call deep copy of ``model_state`` cheap. What cannot be resumed exactly is refused
+(:class:`~strands_slime.errors.TokenStateUnavailable`). When it is written and what is refused:
+docs/provider.md, ``persist_tokens`` and "Strands features with TITO".
 """
 
 from __future__ import annotations

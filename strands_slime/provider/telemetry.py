@@ -1,18 +1,10 @@
 """Strands' tracer without the work nobody sees.
 
-On every agent cycle Strands' tracer maps and JSON-serializes the whole conversation
-(``Tracer._add_event_messages``) for the cycle's span, even when that span does not record (no
-OpenTelemetry SDK or sampler configured, the rollout's normal case), where OpenTelemetry drops the
-result. That is O(history) per turn: about 8 % of a rollout's CPU per agent turn in our provider
-benchmark. :func:`skip_messages_of_unrecorded_spans` makes the tracer skip that work for spans that do
-not record and do everything as before for spans that do, so traces are unchanged.
-
-It wraps one private method of Strands' ``Tracer``, process-wide, so it is an explicit opt-in: the
-rollout's episode turns it on (``rollout.episode``), a model never does. It is version-guarded: only
-Strands releases in :data:`VERIFIED_STRANDS` (whose method was read and tested) are patched; any other
-release, or one without the method, runs as it ships (:func:`messages_of_unrecorded_spans_skipped` tells
-which). The upstream change it stands for (a tracer that returns early for spans that do not record)
-is written up in docs/provider.md ("Strands' tracer").
+Strands' tracer serializes the whole conversation for every cycle's span, even one that does not
+record (about 8 % of a rollout's CPU per turn). :func:`skip_messages_of_unrecorded_spans` wraps that
+private method of ``Tracer`` to skip it for spans that do not record, so traces are unchanged. It is
+process-wide, hence an explicit opt-in, and version-guarded (:data:`VERIFIED_STRANDS`; any other
+release runs as it ships). The upstream change it stands for: docs/provider.md, "Strands' tracer".
 """
 
 from __future__ import annotations

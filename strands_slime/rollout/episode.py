@@ -2,15 +2,11 @@
 
 ``--custom-generate-function-path strands_slime.generate`` (or ``strands_slime.rollout.episode.generate``).
 :func:`generate` builds one :class:`Episode` per sample; the episode owns everything that lives as
-long as it does (its model, loop limiter, tools and their statistics, the state it resumes from or
-saves, a model call an abort cut short, its fan-out segments and its outcome) and its whole life: it
-runs, fills the sample (:mod:`strands_slime.rollout.sample_fill`), saves itself for resumption
-(:mod:`strands_slime.rollout.resume`) and fans out. It runs here, or in a worker process of the episode
-executor (:mod:`strands_slime.rollout.executor`), which runs the very same :meth:`Episode.run`.
-
-Every returned sample satisfies slime's invariants and no exception escapes but a configuration error:
-a failure of the infrastructure (server unreachable, sandbox broken) yields a sample removed from
-training (``remove_sample=True``, reward preset) with the reason in ``metadata["infra_error"]``.
+long as it does and its whole life, here or in an executor worker, which runs the very same
+:meth:`Episode.run`. Every returned sample satisfies slime's invariants and no exception escapes but a
+configuration error: an infrastructure failure yields a sample removed from training
+(``remove_sample=True``, reward preset) with the reason in ``metadata["infra_error"]``. What the
+episode owns and how it fills the sample: docs/rollout.md, "generate".
 """
 
 from __future__ import annotations

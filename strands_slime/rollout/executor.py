@@ -1,40 +1,11 @@
 """Episode executor: agent episodes in N workers, so the rollout side scales past one core.
 
-slime calls ``generate`` for every episode on one event loop of one process, so our CPU per agent
-turn caps how many turns per second that process can drive. With ``executor: {workers: N}`` in the
-rollout config, ``generate`` ships each episode to one of N workers (one event loop, one HTTP client
-and one sandbox each) and writes the result back onto slime's own ``Sample``. The workers are local
-processes (``backend: local``, the default) or Ray actors anywhere on slime's cluster (``backend:
-ray``, :mod:`strands_slime.rollout.executor_ray`); this module is everything the two share (dispatch,
-aborts, crashes, replacement, lifetime) and the local processes, each worker reached through a link
-(:class:`strands_slime.rollout.executor_wire.WorkerLink`):
-
-* **What crosses.** Parent to worker, once per worker: the few ``args`` fields our code reads
-  (:data:`ARGS_FIELDS`) and the resolved :class:`~strands_slime.config.RolloutConfig`. Per episode:
-  the sample's input fields (:data:`SAMPLE_INPUT_FIELDS`), the sampling parameters and ``evaluation``.
-  Back: the fields ``generate`` writes (:data:`strands_slime.rollout.sample_fill.SAMPLE_RESULT_FIELDS`, plus
-  slime's trace carrier when one is bound). Never a tokenizer, a client or a whole ``Sample``.
-* **Wire** (:mod:`strands_slime.rollout.executor_wire`). Each message is a pickle (protocol 5) of a
-  tuple. Local workers get them on their stdin behind an 8-byte length and answer on their stdout
-  (the worker points its fd 1 at stderr first, so nothing it prints can corrupt the stream); the
-  parent reads with asyncio streams: nothing blocks slime's loop.
-* **Aborts.** slime's flag (``GenerateState(args).aborted``; ``args.abort_event`` without slime) is
-  read every :data:`ABORT_POLL_S` while episodes are in flight, and before every dispatch, and a
-  change is sent to every worker at once. A thread in the worker reads control messages and sets
-  the worker's flag without waiting for the worker's event loop, so the worker's own abort checks
-  (before every request, polled while one waits) see it within milliseconds.
-* **Lifetime.** Workers (:mod:`strands_slime.rollout.executor_worker`) start on the first ``generate`` call, all at once, off the event loop (a
-  subprocess each, awaited), warm up (tokenizer, chat template, sandbox, server context length) and
-  are reused for every later episode. They die with the parent: ``PR_SET_PDEATHSIG`` and the end of
-  their stdin both end them. The runtime (:func:`strands_slime.runtime.get_runtime`) holds every
-  running executor: ``Runtime.close()`` and ``reset()`` (tests, the offline CLI, interpreter exit)
-  stop the workers. A worker that dies fails its in-flight episodes at once (FAILED,
-  removed, ``metadata.infra_error`` says which worker died and how) and is replaced in the background.
-* **Misconfiguration** fails the first ``generate`` call with one :class:`ConfigError` line:
-  ``workers < 1`` (config validation), more local workers than usable CPU cores without
-  ``oversubscribe: true`` (the Ray backend's own checks: :mod:`~strands_slime.rollout.executor_ray`),
-  an ``args`` field or config that cannot be pickled, a worker that cannot start (its tokenizer, its
-  sandbox) or does not start within ``start_timeout_s``.
+slime drives every episode from one event loop, so our CPU per turn caps its turns per second. With
+``executor: {workers: N}``, ``generate`` ships each episode to a local worker process (this module) or
+a Ray actor (:mod:`~strands_slime.rollout.executor_ray`) and writes the result back onto slime's
+``Sample``. This module owns what both backends share: dispatch, aborts, crashes, replacement,
+lifetime. Only :data:`ARGS_FIELDS`, the config and :data:`SAMPLE_INPUT_FIELDS` cross; never a
+tokenizer, a client or a whole ``Sample``. Design, wire format and tests: docs/executor.md, "How it works".
 """
 
 from __future__ import annotations
@@ -639,11 +610,9 @@ class EpisodeExecutor:
                 await run_abortable(wait, abort_check, "waiting for an executor worker")
 
     async def run(self, episode: Any, kept_fields: tuple[str, ...] = ()) -> Any:
-        """Run ``episode`` (:class:`strands_slime.rollout.episode.Episode`: its args, sample, sampling
-        params, evaluation flag and abort check) in a worker and apply the result onto its sample: a
-        reset attempt, or, with ``kept_fields`` (:data:`strands_slime.rollout.sample_fill.RESUME_FIELDS`),
-        an ABORTED sample whose saved episode goes on (those kept response fields travel with the
-        inputs and the worker resumes it).
+        """Run ``episode`` in a worker and apply the result onto its sample: a reset attempt, or, with
+        ``kept_fields`` (:data:`strands_slime.rollout.sample_fill.RESUME_FIELDS`), an ABORTED sample
+        whose saved episode goes on (the kept fields travel with the inputs).
 
         Returns:
             ``[sample]``, or the fan-out segments with ``sample`` first.
@@ -765,10 +734,7 @@ def running_executor(args: Any, config: RolloutConfig) -> EpisodeExecutor | None
 async def get_executor(args: Any, config: RolloutConfig, abort_check: Any = None) -> EpisodeExecutor:
     """The running executor of this event loop for these ``args`` and this config, started on first use
     (shared by every episode that arrives meanwhile; a failed start is raised to all of them and the
-    next call tries again).
-
-    The executor is held by the runtime (``get_runtime().executors``): ``Runtime.close()``/``reset()``
-    stop its workers.
+    next call tries again). Held by the runtime, whose ``close()``/``reset()`` stop its workers.
 
     Raises:
         ConfigError: a misconfiguration (too many workers, an ``args`` field that cannot be sent, a

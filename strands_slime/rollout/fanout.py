@@ -1,16 +1,10 @@
 """Fan-out support: GRPO normalization when one episode yields several samples.
 
-With ``fanout.enabled`` generate returns one sample per context segment, all sharing ``rollout_id``
-and the episode's reward. slime's default reward post-processing reshapes rewards by
-``n_samples_per_prompt``, which uneven fan-out breaks (it then normalizes over the whole batch), and
-would count an episode once per segment. ``--custom-reward-post-process-path
-strands_slime.rollout.fanout.normalize_by_group_index`` groups by ``group_index`` (the prompt) and counts each
-episode once, then gives every segment its episode's advantage.
-
-The same holds for several agents per episode (``agents.subagents``): every agent's samples share the
-episode's ``rollout_id`` and, by default, its reward, so the episode counts once. An agent scored by
-its own reward function (``agents.rewards``, ``metadata.reward_track`` = its name) is normalized on
-its own track: within the group, over the episodes in which it has samples, each episode once.
+With fan-out or several agents, an episode's samples share ``rollout_id`` and its reward. slime's
+default post-processing reshapes rewards by ``n_samples_per_prompt``, which uneven counts break, and
+would count an episode once per sample; :func:`normalize_by_group_index` normalizes within each group
+over episodes, each once (an agent with its own reward on its own track), and gives every sample its
+episode's advantage. See docs/rollout.md, "GRPO: an episode counts once".
 """
 
 from __future__ import annotations
@@ -24,10 +18,6 @@ STD_NORMALIZED_ESTIMATORS = ("grpo", "gspo", "cispo")
 
 def normalize_by_group_index(args: Any, samples: list[Any]) -> tuple[list[float], list[float]]:
     """``(raw_rewards, rewards)`` in ``samples`` order, as slime's ``_post_process_rewards`` returns.
-
-    A fanned-out or multi-agent episode is several samples with one ``rollout_id``: it counts once in
-    its group's mean and std (slime would count it once per sample), and every sample gets its
-    advantage; an agent with its own reward (``metadata.reward_track``) is normalized on its own track.
 
     Args:
         args: slime's args (``advantage_estimator``, ``rewards_normalization``,

@@ -1,23 +1,13 @@
 """The garbage-collector policy of a rollout process: short pauses with a thousand episodes in flight.
 
-A collection walks every object of the generations it collects, so its pause grows with what is
-alive; at a thousand episodes in flight CPython's own full collections paused slime's event loop for
-111-186 ms. With ``gc_tuning: true`` (the default) the rollout:
-
-* freezes the long-lived heap (slime's and ours) once and keeps the young generations small
-  (:data:`GC_THRESHOLDS`), so each gen-0/gen-1 pause stays short;
-* leaves CPython no automatic full collection and runs one itself when the last live episode ends (a
-  quiet point: nothing waits), then freezes what survived; or every
-  :data:`FULL_COLLECTION_INTERVAL_S` when episodes never run out (fully-async rollouts);
-* runs a young collection after every :data:`YOUNG_COLLECTION_EVERY` episodes that end and every
-  :data:`YOUNG_COLLECTION_EVERY_REPLIES` model replies, which free old objects and so lower CPython's
-  allocation count: the young generation would otherwise outgrow its threshold unseen;
-* decodes each ``/generate`` reply with collections deferred (:meth:`GcPolicy.collections_deferred`,
-  handed to the client): decoding makes one small list per token and parsing frees them.
-
-Measured in ``benchmarks/soak.py`` (docs/soak.md) and ``benchmarks/bench_provider.py``. This is the one
-place that decides what the collector does; its state is held by the runtime (``Runtime.state``), whose
-``reset``/``close`` undo the tuning.
+A collection's pause grows with what is alive, so at a thousand episodes in flight CPython's own full
+collections held slime's loop for over 100 ms. With ``gc_tuning: true`` (the default) the long-lived
+heap is frozen, young generations are small (:data:`GC_THRESHOLDS`), full collections run at quiet
+points (the last live episode ended, or every :data:`FULL_COLLECTION_INTERVAL_S`), young ones after
+every :data:`YOUNG_COLLECTION_EVERY` episodes and :data:`YOUNG_COLLECTION_EVERY_REPLIES` replies (their
+frees lower CPython's allocation count, so the young generation would outgrow its threshold unseen),
+and replies are decoded with collections deferred. The one place that decides what the collector
+does; its state is held by the runtime (``Runtime.state``). Measurements: docs/soak.md.
 """
 
 from __future__ import annotations

@@ -1,16 +1,11 @@
 """Rollout metrics for slime's logging: aggregates of the per-sample metadata ``generate`` writes.
 
-``--custom-rollout-log-function-path strands_slime.rollout.metrics.log_rollout`` and
-``--custom-eval-rollout-log-function-path strands_slime.rollout.metrics.log_eval_rollout`` add our metrics
-(``rollout/strands/*`` and ``eval/strands/<name>/*``, on slime's step axes) and return False, so
-slime's own logging still runs.
-
-slime hands the log function only the groups it kept. What the step cost besides them (groups the
-dynamic-sampling filter dropped, episodes its over-sampling abort cut off) is counted by
-``--rollout-sample-hook-path strands_slime.rollout.metrics.count_episode``, which sees every episode
-generate returns; ``log_rollout`` adds those counts as ``rollout/strands/step/*`` and writes the step's
-record as one ``strands_slime step <id>: <json>`` log line, which reaches the Ray job's log from any
-node (the launch script's pilot reads it back, ``strands_slime.launch.pilot``).
+``log_rollout`` and ``log_eval_rollout`` (slime's custom log function paths) add ``rollout/strands/*``
+and ``eval/strands/<name>/*`` and return False, so slime's own logging still runs. slime hands them
+only the groups it kept, so :func:`count_episode` (``--rollout-sample-hook-path``) counts every episode
+generate returns; ``log_rollout`` adds those as ``rollout/strands/step/*`` and logs the step's record as
+one ``strands_slime step <id>: <json>`` line, which reaches the Ray job's log from any node (the pilot
+reads it back). Every metric: docs/rollout.md, "Metrics".
 """
 
 from __future__ import annotations

@@ -1,16 +1,11 @@
 """Pacing of synchronous work on a busy event loop.
 
-asyncio runs every callback that is ready at the start of an iteration before it looks at timers or
-sockets again. With hundreds of episodes on one loop, the episodes whose replies arrived together
-resume together, and each one's synchronous stretch (set-up, templating, parsing a reply, Strands'
-bookkeeping) runs back to back in one iteration: 1,024 episodes x 0.5 ms of set-up is half a second
-in which no reply is read. :func:`turn` is a gate each such stretch passes first: it admits work in
-batches of about :data:`SLICE_S` of CPU per loop iteration, in arrival order, and is free (no
-suspension) while the loop is not busy. Start-up (``rollout.startup``) and every model call (the
-episode hands its model a ``pace`` callback that passes the gate) share the loop's one gate, so
-together they stay within the budget.
-
-This module imports nothing of the package.
+asyncio runs every ready callback of an iteration before it reads sockets again, so hundreds of
+episodes resuming together run their synchronous stretches back to back (1,024 episodes x 0.5 ms is
+half a second in which no reply is read). :func:`turn` is the gate each stretch passes first: it admits
+work in batches of about :data:`SLICE_S` of CPU per iteration, in arrival order, and is free while the
+loop is not busy. Start-up and every model call share the loop's one gate, so together they stay
+within the budget. This module imports nothing of the package.
 """
 
 from __future__ import annotations

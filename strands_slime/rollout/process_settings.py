@@ -1,28 +1,10 @@
 """What ``strands_slime.generate`` gives every episode, for a process that drives the provider itself.
 
-Building an :class:`~strands_slime.provider.model.SGLangModel` changes no global state, so an
-``Agent(model=SGLangModel(...))`` written by hand gets none of the generate path's process-wide
-savings unless it asks. :func:`rollout_settings` is that one explicit request, made once at start-up:
-
-* Strands' tracer skips serializing the history for spans that do not record
-  (:mod:`strands_slime.provider.telemetry`, version-guarded);
-* the garbage collector runs the rollout's policy (:mod:`strands_slime.rollout.gc_policy`): the
-  long-lived heap frozen, small young generations, full collections when no episode is live (or every
-  five minutes), replies decoded with collections deferred;
-* each model call passes the loop's pacing gate (:mod:`strands_slime.rollout.pacing`), so hundreds of
-  episodes on one loop keep it responsive.
-
-What the returned :class:`RolloutSettings` holds is wired by the caller, as ``generate`` wires it::
-
-    settings = rollout_settings()                        # once, at start-up
-    client = SGLangClient(url, decode_scope=settings.decode_scope)
-    with settings.episode():                             # around each episode
-        model = SGLangModel(tokenizer, client=client, pace=settings.pace)
-        agent = Agent(model=model, tools=tools, plugins=[model.plugin()])
-        await agent.invoke_async(prompt)
-
-Reading only new messages is the model's plugin (``plugins=[model.plugin()]``), per agent, not a
-process setting. The rollout's own episodes call it too (``rollout.episode``).
+Building an :class:`~strands_slime.provider.model.SGLangModel` changes no global state, so a
+hand-written ``Agent(model=SGLangModel(...))`` gets none of the generate path's process-wide savings
+(tracer, GC policy, pacing) unless it asks: :func:`rollout_settings` is that one explicit request,
+made once at start-up; the caller wires what it returns. The wiring and what each saving does:
+README's snippet and docs/provider.md, "Driving many agents yourself".
 """
 
 from __future__ import annotations

@@ -1,23 +1,11 @@
 """Partial-rollout resume: an aborted agent episode goes on where it stopped.
 
-With ``--partial-rollout`` slime puts aborted samples back into its data buffer and hands them to
-``generate`` again later (fully-async rollouts do the same at every weight update). An aborted
-episode keeps what it produced in the sample itself, as slime's own ``generate`` does: the token ids,
-loss mask, logprobs, top-p arrays, routed experts and weight versions of every finished model call.
-Next to them ``sample.metadata[STATE_KEY]`` holds the small, plain-JSON rest of the episode (see
-:func:`snapshot`): the Strands messages, the trajectory's segment layout, the model's and the
-limiter's counters and tool-call bookkeeping, the sandbox statistics and the results of tool calls
-that finished. No tokenizer, client or tensor goes in there, so the sample stays picklable and
-``Sample.to_dict``-able while it waits in the buffer.
-
-This module is the format and its checks; the episode (:class:`strands_slime.rollout.episode.Episode`)
-saves and restores itself with it. The resumed attempt rebuilds the trajectory from ``sample.tokens``
-and the layout, so its next request
-sends exactly the saved ids plus the newly templated messages (no re-templating of earlier turns),
-and it appends only the new model calls to the sample. Tool calls that finished are answered from the
-saved results instead of running again; a call the abort cut short runs again. A model call the server
-aborted keeps its partial output in the sample (as slime's own generate does) and goes on from it; one
-whose reply never came is sent again from its saved prompt.
+An aborted episode keeps what it produced in the sample itself, as slime's own ``generate`` does;
+``sample.metadata[STATE_KEY]`` holds the small, plain-JSON rest (:func:`snapshot`). No tokenizer,
+client or tensor goes in there, so the sample stays picklable and ``Sample.to_dict``-able in slime's
+buffer. This module is the format and its checks; the episode
+(:class:`strands_slime.rollout.episode.Episode`) saves and restores itself with it. What a resumed
+attempt sends and runs again: docs/rollout.md, "--partial-rollout".
 """
 
 from __future__ import annotations

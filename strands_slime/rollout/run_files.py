@@ -1,14 +1,10 @@
 """The files of one offline rollout's output directory (``--out``), and how a new run may use them.
 
-A run appends each finished sample to ``samples.jsonl`` at once. Next to it: ``summary.json`` and
-``summary.md``, ``report.html`` (``strands-slime view``), ``rollout.log`` (every warning, with the
-details of each failed episode), ``failed_attempts.jsonl`` (earlier failed attempts of samples a
-resumed run ran again) and ``run_settings.json`` (what ``--resume`` must match). Results are never
-overwritten unasked: a directory that holds samples is continued (``--resume``), started over
-(``--overwrite``) or refused, and nothing is created or deleted before the run has passed its checks
-and found its server. One run at a time writes a directory: it holds ``.rollout.lock`` (an ``flock``,
-which the system drops when the process dies, so the lock of a killed run is no lock) while it
-writes, and a second run is refused in one line naming the first.
+Results are never overwritten unasked: a directory that holds samples is continued (``--resume``),
+started over (``--overwrite``) or refused, and nothing is created or deleted before the run has passed
+its checks and found its server. One run at a time writes a directory: it holds ``.rollout.lock`` (an
+``flock``, dropped when the process dies, so a killed run leaves no lock). The files: docs/rollout.md,
+the offline rollout's output table.
 """
 
 from __future__ import annotations

@@ -1,14 +1,11 @@
 """What a person watching an offline rollout sees while it runs, and when the run stops on its own.
 
-The progress bar counts finished and failed samples. A server that fails requests shows at once as
-one line (``server unhealthy since 14:03:07: 32 requests retrying (retry 4 of 60): HTTP 500 ...``),
-repeated every :data:`REPEAT_EVERY_S` while it lasts and closed by a line once it recovers (no request
-is retrying any more and one succeeded); the client reports its retries on
-:data:`~strands_slime.provider.client.retry_logger`. The run stops early, with one reason, once every
-request in flight has failed (as many failed samples in a row as run at once, at least
-:data:`MIN_FAILURES_IN_A_ROW`) or the server has failed every request for ``unhealthy_timeout_s`` (no
-retried request succeeded and no sample finished in that time). Every warning of the run (the failed
-episodes' details, Strands' own lines) goes to the run's log file, never between the bar's lines.
+A server that fails requests shows at once as one line, repeated every :data:`REPEAT_EVERY_S` while it
+lasts and closed once it recovers (the client reports retries on
+:data:`~strands_slime.provider.client.retry_logger`). The run stops early, with one reason, once every
+request in flight has failed (at least :data:`MIN_FAILURES_IN_A_ROW` failed samples in a row) or the
+server has failed every request for ``unhealthy_timeout_s``. Warnings go to the run's log file, never
+between the progress bar's lines. See docs/rollout.md (``server unhealthy since``).
 """
 
 from __future__ import annotations

@@ -92,15 +92,10 @@ def build_summary(
     """The run's summary: evaluation (accuracy, pass@k), agent metrics, failures, throughput and settings.
 
     Args:
-        options: the run's ``RolloutOptions``.
         rows: the dataset rows (for the expected sample count).
         records: every record of ``samples.jsonl`` (kept ones of a resumed run included).
         ran: the records this run wrote (throughput is theirs).
         wall: seconds this run's episodes took.
-        params: the sampling params sent.
-        config: the rollout config (a pydantic model; dumped as JSON).
-        tokenizer: the tokenizer path used.
-        versions: Python's and the packages' versions.
     """
     from strands_slime.reward.eval_metrics import record_from_sample, summarize
     from strands_slime.rollout.metrics import compute_rollout_metrics

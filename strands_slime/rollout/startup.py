@@ -1,20 +1,10 @@
 """Start-up work that must not stall the rollout's event loop, and the process's shared resources.
 
-slime starts every episode of a rollout at the same instant (``asyncio.gather`` over hundreds of
-samples), so whatever an episode does before its first real wait runs back to back in one loop
-iteration: 1,024 episodes x 0.5 ms of set-up is half a second in which no reply is read. Two tools
-keep every iteration short:
-
-* :func:`episode_turn` admits episodes in small batches, one batch per loop iteration, each sized
-  to take about ``SLICE_S`` (the loop's pacing gate, :mod:`strands_slime.rollout.pacing`);
-* :func:`once_per_loop` runs the one-time start-up of the loop (shared by every episode that arrives
-  meanwhile) before episodes are admitted, so none of them waits for it in the middle of its set-up
-  and then resumes in the same iteration as hundreds of others;
-* :func:`load_once` runs one-time blocking work (loading a tokenizer, compiling a chat template) in
-  a worker thread, once per process, however many episodes ask for it at the same time.
-
-:func:`get_client`, :func:`get_tokenizer` and :func:`warm_up` give every episode of the process the
-same client, tokenizer and chat template (held by the runtime), loaded this way.
+slime starts every episode of a rollout at once, so set-up must pass the loop's pacing gate
+(:mod:`strands_slime.rollout.pacing`): :func:`episode_turn` admits episodes in batches per iteration;
+:func:`once_per_loop` runs the loop's one-time start-up before any is admitted; :func:`load_once`
+runs blocking one-time work in a thread, once per process. :func:`get_client`, :func:`get_tokenizer`
+and :func:`warm_up` share the client, tokenizer and template loaded this way.
 """
 
 from __future__ import annotations

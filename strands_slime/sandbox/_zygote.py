@@ -15,11 +15,7 @@ zygote -> parent  ``preloading`` (module being imported), ``ready`` (capabilitie
 parent -> worker  one request (+ code memfd, stdout, stderr and status pipes), sent directly.
 worker -> parent  the output pipes, then one JSON status line (exit code, CPU) just before exiting.
 
-Process tree: the zygote is a child subreaper. Each worker calls setsid(), becomes a subreaper of
-its own descendants, enters fresh namespaces, applies the limits, drops to its own uid and warms
-up, all before its request arrives. When a worker exits, whatever it left behind (double-forked
-daemons included) is killed: by uid (kill(-1) under that uid) when uids are dropped, else by
-killing every child of the zygote that is not a known worker (orphans are reparented to it).
+Process tree, isolation and cleanup of leftovers: docs/sandbox.md, "Design" (2. and 5.).
 """
 
 from __future__ import annotations

@@ -1,18 +1,12 @@
 """Optional backend: camel-ai's ``SubprocessInterpreter``, for parity with slime's strands example.
 
-It runs each call as ``python <tempfile>`` with a copy of the caller's environment, no resource
-limits and no process-group kill; camel's API is synchronous, so each call holds one thread of a
-pool sized to ``max_concurrency``. Its single output string is split back into stdout, stderr and
-the exit code, which camel appends as text.
-
-camel builds each child's environment as ``os.environ.copy()``; on a training node that holds the
-W&B key and Ray's auth token. The backend hands camel's module a ``subprocess`` whose ``Popen``
-passes :func:`~strands_slime.sandbox.environment.scrubbed` environments instead (nothing else of
-``subprocess`` changes, and no other module sees it). That keeps secrets out of the child's own
-environment, not out of reach: camel's children run as the same user, unisolated, and read the
-parent's ``/proc/<ppid>/environ``, the user's ``.netrc`` and Ray's token file. So the backend refuses
-to start while any secret is within reach (:func:`~strands_slime.sandbox.environment.secrets_in_reach`):
-use the zygote backend on a node that holds credentials.
+No isolation, no limits; camel's API is synchronous, so each call holds one thread of a pool sized to
+``max_concurrency``, and its single output string is split back into stdout, stderr and exit code.
+camel copies ``os.environ`` into each child, so camel's module gets a ``subprocess`` whose ``Popen``
+passes :func:`~strands_slime.sandbox.environment.scrubbed` environments (no other module sees it).
+The children still run as the same user and can read the parent's secrets elsewhere, so the backend
+refuses to start while any is within reach (:func:`~strands_slime.sandbox.environment.secrets_in_reach`).
+See docs/sandbox.md, "Isolation".
 """
 
 from __future__ import annotations

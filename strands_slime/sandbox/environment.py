@@ -1,17 +1,10 @@
 """What model-written code may see of the environment: never a secret.
 
-On a training node the rollout process's environment holds the W&B key, Ray's auth token and
-whatever cloud credentials the node has; code the model writes prints ``os.environ`` as readily as
-anything else, and its output lands in the rollout, the logs and the training data. The zygote
-backend starts every execution from a fixed environment plus ``sandbox.env`` (which may not name a
-secret); the camel backend runs code with a copy of the rollout process's environment, filtered here.
-Names are judged by their words, so new credentials (``FOO_API_KEY``, ``BAR_TOKEN``, ``GITLAB_PAT``)
-are caught too, and values by their form: a URL with a user and password in it (``DATABASE_URL``,
-``HTTPS_PROXY=http://user:pass@proxy``) is a credential whatever its name.
-
-Filtering a copy is not isolation: code that runs unisolated as the same user reads its parent's
-``/proc/<pid>/environ`` and the user's credential files. :func:`secrets_in_reach` lists what such code
-could read, so that a backend without isolation can refuse to run next to them.
+Code the model writes prints ``os.environ`` as readily as anything else, and its output lands in the
+rollout, the logs and the training data. Names are judged by their words, so new credentials
+(``FOO_API_KEY``, ``GITLAB_PAT``) are caught too, and values by their form (a URL with a password is a
+credential whatever its name). Filtering a copy is not isolation: :func:`secrets_in_reach` lists what
+unisolated code could still read, so a backend without isolation can refuse to run next to it.
 """
 
 from __future__ import annotations

@@ -1,28 +1,11 @@
 """The sandbox's Ray backend: tool calls run in a pool of Ray actors, apart from the episodes.
 
-``sandbox: {backend: ray, ray_actors: M, ray_resources: {CPU: 1}}``. Model-written code can take
-seconds of CPU per call; with this backend it runs on whichever cluster nodes the pool's actors were
-placed on (``ray_strategy``, SPREAD by default), each actor a zygote sandbox of its own
-(:class:`~strands_slime.sandbox.zygote_backend.ZygoteBackend`, the same isolation and limits), while the
-episodes that call the tool stay light. The pool belongs to the process (and event loop) that runs the
-episodes, like any shared sandbox: slime's rollout process, or each Ray episode worker of the executor
-(then M actors per worker). Its actors are owned by that process and die with it.
-
-* **Dispatch.** Each call goes to the live actor with the fewest calls in flight; each actor runs at
-  most ``max_concurrency`` calls at once (default: 4 per CPU it reserves), the rest wait there.
-* **Aborts.** A cancelled call (the tool's abort check, a cancelled episode) cancels the actor's call
-  (``ray.cancel``), which kills the execution's process in the actor's zygote.
-* **Failures.** An actor that dies (its process, its node) turns its calls in flight into ``INFRA``
-  results that say so (the episode counts a sandbox failure, as for a broken zygote) and is replaced
-  in the background; calls go to the other actors meanwhile. Each actor holds a ``watch`` call, so an
-  idle actor's death is seen too and it gets no call. A call is bounded: an actor that has not answered
-  :data:`ANSWER_GRACE_S` after the execution's own timeout (a hung or unreachable node) is taken for
-  lost the same way. ``ActorUnavailableError`` (maybe transient) fails that call only.
-* **Placement.** ``ray_same_node`` pins every actor to the node of the process that owns the pool
-  (each episode actor's own node); ``ray_placement`` (``node_labels``, ``avoid_head``) pins each to the
-  allowed node with the most room; otherwise ``ray_strategy`` places them.
-* **Misconfiguration** (no ``ray`` module, no cluster connection, actors that do not start within
-  ``start_timeout_s``) fails :meth:`RayBackend.start` with :class:`SandboxMisconfigured`.
+Model-written code can take seconds of CPU per call; here it runs on the pool's actors (each a
+:class:`~strands_slime.sandbox.zygote_backend.ZygoteBackend`, same isolation and limits) while the
+episodes stay light. The pool belongs to the process that runs the episodes and dies with it. A call
+is bounded: an actor silent :data:`ANSWER_GRACE_S` past the execution's timeout is taken for lost,
+so a hung node cannot hold an episode. Dispatch, aborts, failures, placement: docs/executor.md,
+"Tool calls apart from the episode".
 """
 
 from __future__ import annotations

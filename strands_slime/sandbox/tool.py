@@ -1,17 +1,9 @@
 """The Strands tool ``execute_python_code`` on top of a ``Sandbox``.
 
-What the model reads (``format_result``)::
-
-    <stdout>
-    [stderr]
-    <stderr>
-    [exit code 1]
-
-Only the parts that apply appear; the last line states how the run ended when it was not a clean
-exit: ``[exit code N]``, ``[timed out after 10 s]``, ``[CPU time limit of 10 s exceeded]``,
-``[killed by signal SIGSEGV]``, ``[output limit exceeded: ...]``, ``[sandbox error: ...]``.
-Cut streams carry an in-place ``[... N bytes omitted ...]`` marker and the line
-``[output truncated: 16384 of 1000000 bytes shown]``. A clean run without output says ``[no output]``.
+:func:`format_result` writes what the model reads: stdout, then ``[stderr]`` and stderr, then a last
+line saying how the run ended when it was not a clean exit (``[exit code N]``, ``[timed out after
+10 s]``, ...); a clean run without output says ``[no output]``. Every form: docs/sandbox.md, "What the
+model reads".
 """
 
 from __future__ import annotations

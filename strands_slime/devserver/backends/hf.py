@@ -1,15 +1,9 @@
 """The ``hf`` backend: a real causal LM through transformers on CPU.
 
 By default a tiny random-weight Qwen3 (fixed seed, real Qwen3 vocabulary); any local model directory
-works too. All torch work runs on one model thread, so the event loop never waits on it; running
-requests take turns one decode step at a time. Each request keeps its own ``DynamicCache``, and
-finished sequences keep their KV in an LRU prefix cache that later prompts reuse (reported as
-``cached_tokens``).
-
-Logprobs follow SGLang's default: log-softmax of the logits divided by the temperature (after
-penalties and ``logit_bias``, before top-k/top-p/min-p), raw log-softmax for greedy requests; at
-temperature 1 they equal one full forward pass's (``benchmarks/devserver_reference.py``). A ``json_schema``/``regex``/``ebnf``
-constraint masks forbidden tokens to -inf before both (devserver/grammar.py).
+works too. All torch work runs on one model thread, so the event loop never waits on it. Logprobs, the
+KV and prefix cache, and constraints follow SGLang's defaults (``benchmarks/devserver_reference.py``
+checks the logprobs): docs/devserver.md.
 """
 
 from __future__ import annotations
@@ -219,7 +213,8 @@ class _HFGeneration(Generation):
     # ------------------------------------------------------------------ logprob views
 
     def _reported_logprobs(self, logits: torch.Tensor) -> torch.Tensor:
-        """The distribution SGLang reports logprobs from (see the module docstring)."""
+        """The distribution SGLang reports logprobs from: log-softmax of the logits (after penalties and
+        ``logit_bias``, before top-k/top-p/min-p) divided by the temperature; greedy: raw log-softmax."""
         params = self.request.params
         if params.greedy or params.temperature == 1.0:
             return torch.log_softmax(logits, dim=-1)
