@@ -28,7 +28,7 @@ from strands_slime.provider.chat_families import (
     template_digest,
     token_id,
 )
-from strands_slime.provider.fast_tokenizer import FAST_ENCODE_MAX_CHARS, fast_encoder
+from strands_slime.provider.fast_tokenizer import FAST_ENCODE_MAX_CHARS, byte_level_decoder, fast_encoder
 from strands_slime.provider.tool_parsers import THINK_CLOSE, THINK_OPEN
 from strands_slime.runtime import get_runtime
 
@@ -229,6 +229,7 @@ class ChatTemplater:
         self._backend = getattr(tokenizer, "backend_tokenizer", None)
         self.fast_encode = fast_encoder(tokenizer, self._encode_unlocked)
         """The exact fast encoder for this vocabulary (the ``fast-tokenizer`` extra), or None."""
+        self._fast_decode = byte_level_decoder(tokenizer)
         if self._compiled is not None and not self._compiled_matches_transformers():
             self._compiled = None
         self._lock = threading.Lock()
@@ -507,6 +508,10 @@ class ChatTemplater:
             return self._decode_unlocked(token_ids)
 
     def _decode_unlocked(self, token_ids: Sequence[int]) -> str:
+        if self._fast_decode is not None:
+            text = self._fast_decode(token_ids)
+            if text is not None:
+                return text
         if self._backend is not None:
             return self._backend.decode_batch([list(token_ids)], skip_special_tokens=False)[0]
         return self.tokenizer.decode(list(token_ids), skip_special_tokens=False)
