@@ -1,15 +1,10 @@
 """What a ``/generate`` request may carry, checked before it leaves the client.
 
-SGLang 0.5.23 does not range-check ``input_ids``: a negative id or one past the embedding table makes
-its scheduler raise ``IndexError`` and takes the whole server down (every rollout on that engine then
-fails; docs/sglang-lane.md shows it). It also refuses (400) numbers of the wrong JSON type: float or
-string ids, ``"3"`` for an integer, ``1`` for a boolean. Numbers from numpy arrive here as numpy
-scalars or floats, which the stdlib's JSON encoder cannot write or writes as floats.
-
-So the client converts what has one meaning (numpy integers and integral floats to ``int``, numpy
-floats to ``float``, numpy booleans to ``bool``) and refuses the rest with :class:`InvalidRequestError`
-before anything is sent. Ids are checked only where the caller says they are new (``check``), so a
-long episode pays for each id once.
+SGLang 0.5.23 does not range-check ``input_ids`` (one outside the embedding table crashes its scheduler
+and the whole server) and answers 400 to numbers of the wrong JSON type, which numpy values become. So
+what has one meaning is converted and the rest refused with :class:`InvalidRequestError` before anything
+is sent; ids only where the caller says they may come from outside (``check``). docs/provider.md,
+"What the client will not send".
 """
 
 from __future__ import annotations

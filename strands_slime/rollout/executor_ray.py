@@ -1,42 +1,14 @@
 """The episode executor's Ray backend: episode workers as Ray actors anywhere on slime's cluster.
 
-``executor: {backend: ray, workers: N, resources: {CPU: 1}}`` in the rollout config. slime's rollout
-process is a Ray actor already, connected to the cluster that runs its engines and trainers; the
-executor creates N actors from it, each holding the very :class:`~strands_slime.rollout.executor_worker.
-EpisodeRunner` a local worker process holds (one event loop, one HTTP client, one sandbox), and talks
-to them with the same messages (:mod:`strands_slime.rollout.executor_wire`) as actor calls instead of
-pipe frames. Everything else (dispatch, abort channels, crash handling, replacement, lifetime) is the
-executor's own (:mod:`strands_slime.rollout.executor`).
+Each actor holds the very :class:`~strands_slime.rollout.executor_worker.EpisodeRunner` a local worker
+process holds and gets the same messages (:mod:`~strands_slime.rollout.executor_wire`) as actor calls;
+dispatch, aborts, crashes, replacement and lifetime are the executor's own. What is Ray's: placement
+checked node by node before any actor starts (:func:`plan_placement`); aborts in a concurrency group of
+their own, never behind episodes, each change carrying its version (Ray does not keep an async actor's
+call order); ``max_restarts=0`` so no episode is re-run behind our back; and a bound on every wait
+(:class:`RayLink`'s heartbeats). Design and measurements: docs/executor.md, "Across slime's Ray cluster".
 
-* **Placement.** Each actor asks for ``resources`` (``CPU`` becomes ``num_cpus``, ``memory`` bytes,
-  any other name a custom resource: start CPU-only nodes with ``ray start --resources
-  '{"rollout_cpu": 16}'`` and ask for ``{rollout_cpu: 1}`` to keep episodes there). Without
-  ``placement`` it is placed with ``strategy`` (``SPREAD`` by default). With ``placement``
-  (``node_labels``, ``avoid_head``) or ``sandbox.ray_same_node`` the executor pins each actor to a node
-  it chose (:func:`plan_placement` at start-up, the allowed node with the most room for a replacement).
-  Either way the start-up places every episode actor and the sandbox's actors node by node on what is
-  free, and says in one line what does not fit where.
-* **Aborts.** Abort changes go to every actor through a separate concurrency group (its own thread
-  and event loop), so they never queue behind episodes; the flag is a ``threading.Event`` the episodes'
-  checks read. Ray does not keep the order of an async actor's calls, so every change and every episode
-  carries the channel's version (:mod:`~strands_slime.rollout.executor_wire`).
-* **Crashes.** Actors are created with ``max_restarts=0`` and ``max_task_retries=0``: an episode is
-  never re-run by Ray behind our back (it would send its requests and run its tools again). A dead
-  actor (its process killed, its node lost) fails every pending call with ``ActorDiedError``; each
-  actor also holds one call that never returns (``watch``), so a death is seen even with nothing in
-  flight. The executor then fails exactly that actor's episodes and starts a replacement.
-* **Bounded waits.** A ready actor gets a heartbeat every ``actor_timeout_s / 5``; one that answers
-  nothing for ``actor_timeout_s`` (a hung or partitioned node, which Ray declares dead only after about
-  a minute) is declared dead with a reason that says so (:class:`RayLink`). ``ActorUnavailableError``
-  (maybe transient) is retried, not a death.
-* **Lifetime.** The actors are owned by slime's rollout process (not detached): they die with it.
-  ``close()`` kills them with ``ray.kill`` and returns once Ray reports them dead.
-* **Misconfiguration** is one :class:`ConfigError` line before any worker starts: no ``ray`` module,
-  no cluster connection (outside slime, ``address`` connects, e.g. ``auto``), a resource no node has,
-  or actors that do not fit the free resources node by node.
-
-The actor class names the worker module by string (as the local backend runs ``python -m
-strands_slime.rollout.executor_worker``): the worker imports the episode, which imports the
+The actor class names the worker module by string: the worker imports the episode, which imports the
 executor, which imports this module.
 """
 
@@ -134,17 +106,11 @@ class _Call(NamedTuple):
 
 
 class RayLink:
-    """One :class:`EpisodeActor` as the executor reaches it: each message is an actor call whose
-    result (the worker's replies) arrives on this loop through a queue.
-
-    Every wait on the actor is bounded: once it is ready, it is sent a heartbeat (``ping``, in
-    :data:`CONTROL_GROUP`) every ``timeout_s / 5``; an actor that answers nothing (no heartbeat, no
-    abort, no episode) for ``timeout_s`` is declared dead (a hung or partitioned node: Ray itself
-    would take about a minute), its episodes fail and it is killed. A call that fails with Ray's
-    ``ActorUnavailableError`` (reachable again, maybe) is not a death: control messages are sent
-    again, and the actor dies only if it then stays silent for ``timeout_s``; an episode whose call
-    was lost fails alone if the actor answers again (it is not re-run: it may have sent requests
-    and run tools already), with the actor's death reason otherwise."""
+    """One :class:`EpisodeActor` as the executor reaches it: each message is an actor call whose result
+    (the worker's replies) arrives on this loop through a queue. Every wait is bounded: a heartbeat every
+    ``timeout_s / 5``, and an actor that answers none of five for ``timeout_s`` is declared dead. Ray's
+    ``ActorUnavailableError`` is not a death: control messages go again, and a lost episode fails alone
+    (it is never re-run: it may have sent requests and run tools)."""
 
     def __init__(self, actor: Any, timeout_s: float) -> None:
         self.actor = actor
