@@ -12,14 +12,13 @@ from hypothesis import strategies as st
 
 from strands_slime.provider.chat import ChatTemplater
 from strands_slime.provider.fast_tokenizer import CHECK_CORPUS, byte_level_decoder
-from strands_slime.provider.tokenizer import load_tokenizer
 
 pytestmark = pytest.mark.unit
 
 
 @pytest.fixture(scope="module")
-def tokenizer() -> Any:
-    return load_tokenizer()
+def tokenizer(qwen3_tokenizer: Any) -> Any:
+    return qwen3_tokenizer
 
 
 @pytest.fixture(scope="module")
