@@ -119,6 +119,7 @@ def compare(
             }
     finally:
         subprocess.run(["git", "worktree", "remove", "--force", str(worktree)], cwd=REPO_ROOT, check=False)
+        shutil.rmtree(worktree.parent, ignore_errors=True)  # the temporary folder that held the worktree
         shutil.rmtree(work, ignore_errors=True)
     return {
         "benchmark": "compare_revisions",
