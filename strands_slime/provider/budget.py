@@ -56,19 +56,18 @@ class ContextWindow:
     ) -> int | None:
         """The limit for the next call (the server's asked once per client, cached by it)."""
         limits = [config.get("context_window_limit")]
-        known = getattr(client, "known_context_length", None)
-        known = known() if known is not None else None
-        if known is not None and config.get("use_server_context_length", True):
-            limits.append(known)
-        elif config.get("use_server_context_length", True):
-            try:
-                limits.append(
-                    await run_abortable(client.usable_context_length(), abort_check, "the model call")
-                )
-            except AbortedError as exc:  # the episode ends here: no copy (hundreds abort at once)
-                raise GenerationAborted(str(exc), trajectory=trajectory) from exc
-            except SGLangClientError as exc:
-                logger.debug("server context length unavailable: %s", exc)
+        if config.get("use_server_context_length", True):
+            server = client.known_context_length()  # after the first call: no task, no loop round trip
+            if server is None:
+                try:
+                    server = await run_abortable(
+                        client.usable_context_length(), abort_check, "the model call"
+                    )
+                except AbortedError as exc:  # the episode ends here: no copy (hundreds abort at once)
+                    raise GenerationAborted(str(exc), trajectory=trajectory) from exc
+                except SGLangClientError as exc:
+                    logger.debug("server context length unavailable: %s", exc)
+            limits.append(server)
         known = [int(limit) for limit in limits if limit]
         self.seen = min(known) if known else None
         return self.seen

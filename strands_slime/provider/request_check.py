@@ -218,34 +218,35 @@ def _checked_value(kind: str, value: Any, where: str) -> Any:
         return [
             item if type(item) is int else _integer(item, f"{where}[{i}]") for i, item in enumerate(value)
         ]
+    if kind == "bias" and isinstance(value, Mapping):  # logit_bias: token id -> a number
+        return {str(key): _real(bias, f"{where}[{key!r}]") for key, bias in value.items()}
     return value
 
 
-def _kind(name: str, ints: frozenset[str], floats: frozenset[str], bools: frozenset[str]) -> str | None:
-    return "int" if name in ints else "float" if name in floats else "bool" if name in bools else None
-
-
-_PLAIN_TYPES = {
-    **dict.fromkeys(INT_FIELDS | INT_PARAMS, (int,)),
-    **dict.fromkeys(FLOAT_PARAMS, (int, float)),
-    **dict.fromkeys(BOOL_FIELDS | BOOL_PARAMS, (bool,)),
+_BODY_KINDS = {
+    **dict.fromkeys(INT_FIELDS, "int"),
+    **dict.fromkeys(BOOL_FIELDS, "bool"),
+    "token_ids_logprob": "ints",
 }
-"""The exact Python types that need no conversion, per field (``bool`` is not an ``int`` here)."""
+_PARAM_KINDS = {
+    **dict.fromkeys(INT_PARAMS, "int"),
+    **dict.fromkeys(FLOAT_PARAMS, "float"),
+    **dict.fromkeys(BOOL_PARAMS, "bool"),
+    "stop_token_ids": "ints",
+    "logit_bias": "bias",
+}
+"""What each field of the body and of its ``sampling_params`` holds, as :func:`_checked_value` checks it."""
+_EXACT_TYPES = {"int": (int,), "float": (int, float), "bool": (bool,)}
+"""The Python types a kind takes as they are (``bool`` is not an ``int`` here); lists and biases are
+always checked."""
 
 
-def _plain(values: Mapping[str, Any]) -> bool:
-    """Whether every typed field of ``values`` (a body or its ``sampling_params``) already has its exact
-    type or is None: the usual request, checked without a copy. Lists of ids and ``logit_bias`` go the
-    long way."""
+def _plain(values: Mapping[str, Any], kinds: Mapping[str, str]) -> bool:
+    """Whether every typed field of ``values`` already has its exact type or is None: the usual request,
+    checked without a copy."""
     for name, value in values.items():
-        types = _PLAIN_TYPES.get(name)
-        if types is not None:
-            if value is not None and type(value) not in types:
-                return False
-        elif name == "sampling_params":
-            if isinstance(value, Mapping) and not _plain(value):
-                return False
-        elif name in ("token_ids_logprob", "stop_token_ids", "logit_bias"):
+        kind = kinds.get(name)
+        if kind is not None and value is not None and type(value) not in _EXACT_TYPES.get(kind, ()):
             return False
     return True
 
@@ -258,17 +259,16 @@ def checked_payload(payload: Mapping[str, Any]) -> dict[str, Any]:
         InvalidRequestError: a value that is not of its field's type (e.g. ``return_logprob=1``,
             ``max_new_tokens=2.5``), naming the field.
     """
-    if _plain(payload):
+    params = payload.get("sampling_params")
+    nested = isinstance(params, Mapping)
+    if _plain(payload, _BODY_KINDS) and (not nested or _plain(params, _PARAM_KINDS)):
         return dict(payload)
     out = dict(payload)
     for name, value in payload.items():
-        kind = _kind(name, INT_FIELDS, frozenset(), BOOL_FIELDS) or (
-            "ints" if name == "token_ids_logprob" else None
-        )
+        kind = _BODY_KINDS.get(name)
         if kind is not None:
             out[name] = _checked_value(kind, value, name)
-    params = payload.get("sampling_params")
-    if isinstance(params, Mapping):
+    if nested:
         out["sampling_params"] = checked_sampling_params(params)
     return out
 
@@ -277,12 +277,7 @@ def checked_sampling_params(params: Mapping[str, Any]) -> dict[str, Any]:
     """``sampling_params`` converted as :func:`checked_payload` describes."""
     out = dict(params)
     for name, value in params.items():
-        where = f"sampling_params.{name}"
-        kind = _kind(name, INT_PARAMS, FLOAT_PARAMS, BOOL_PARAMS) or (
-            "ints" if name == "stop_token_ids" else None
-        )
+        kind = _PARAM_KINDS.get(name)
         if kind is not None:
-            out[name] = _checked_value(kind, value, where)
-        elif name == "logit_bias" and isinstance(value, Mapping):
-            out[name] = {str(key): _real(bias, f"{where}[{key!r}]") for key, bias in value.items()}
+            out[name] = _checked_value(kind, value, f"sampling_params.{name}")
     return out
