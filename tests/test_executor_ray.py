@@ -47,6 +47,7 @@ from strands_slime import generate
 from strands_slime.config import ConfigError, get_rollout_config
 from strands_slime.devserver import DevServer
 from strands_slime.rollout import executor
+from strands_slime.rollout.executor_ray import HEARTBEATS_PER_DEADLINE
 from strands_slime.rollout.slime_compat import Sample
 from strands_slime.runtime import get_runtime
 from strands_slime.sandbox import Sandbox, SandboxConfig
@@ -351,9 +352,10 @@ async def test_a_stall_of_this_process_is_not_taken_for_a_silent_actor(
     """slime's loop blocked for longer than the deadline (a long GC pause, a CPU-starved driver): the
     actors answered every heartbeat that was sent, so none is declared dead when the loop runs again."""
     pids, started = list(actors.worker_pids), actors.stats.workers_started
-    await asyncio.sleep(ACTOR_TIMEOUT_S / 5)  # a heartbeat answered, none outstanding
+    beat = ACTOR_TIMEOUT_S / HEARTBEATS_PER_DEADLINE
+    await asyncio.sleep(beat)  # a heartbeat answered, none outstanding
     time.sleep(ACTOR_TIMEOUT_S * 1.3)  # noqa: ASYNC251 - the stall under test
-    await asyncio.sleep(ACTOR_TIMEOUT_S / 5 * 1.5)  # the heartbeat's next look at the silence
+    await asyncio.sleep(beat * 1.5)  # the heartbeat's next look at the silence
     samples = await asyncio.gather(
         *(generate(ray_args(server.url), new_sample("plain"), dict(PARAMS)) for _ in range(4))
     )

@@ -55,6 +55,8 @@ MAX_EPISODES_PER_ACTOR = 1_000_000
 CONTROL_GROUP = "control"
 """The concurrency group of aborts, drops, cancels, heartbeats and the death watch: never behind episodes."""
 _CONTROL_KINDS = ("abort", "drop", "cancel")
+HEARTBEATS_PER_DEADLINE = 5
+"""Heartbeats sent within ``actor_timeout_s``: a silence is a death only once all of them went unanswered."""
 _GCS_QUERY_TIMEOUT_S = 2.0
 """How long the cluster's state service may take to say whether a silent actor's node is alive."""
 
@@ -241,17 +243,21 @@ class RayLink:
             self._die(f"Ray: its start-up call was lost ({self._unreachable})")
 
     async def _beat(self) -> None:
-        """A heartbeat every ``timeout_s / 5``; ``timeout_s`` without any answer to the five heartbeats
-        sent meanwhile is a death. Counting the heartbeats keeps a stall of this process (its loop or
-        its CPU starved: nothing was sent, or the answers wait unread) from passing for the actor's."""
-        interval = self.timeout_s / 5
+        """:data:`HEARTBEATS_PER_DEADLINE` heartbeats per ``timeout_s``; a death is ``timeout_s`` of silence
+        with that many heartbeats unanswered. Counting them keeps a stall of this process (its loop or CPU
+        starved: nothing was sent, or the answers wait unread) from passing for the actor's."""
+        interval = self.timeout_s / HEARTBEATS_PER_DEADLINE
         while self._death is None:
             ref = self.actor.ping.options(concurrency_group=CONTROL_GROUP).remote()
             self._track(ref, _Call("ping", None))
             self._unanswered_pings += 1
             await asyncio.sleep(interval)
             silent = time.monotonic() - self._answered_at
-            if silent >= self.timeout_s and self._unanswered_pings >= 5 and self._death is None:
+            if (
+                silent >= self.timeout_s
+                and self._unanswered_pings >= HEARTBEATS_PER_DEADLINE
+                and self._death is None
+            ):
                 self._die(await self._silence_reason(silent))
                 return
 
